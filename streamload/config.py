@@ -1,0 +1,324 @@
+"""Configuration: frozen dataclasses, loaded from TOML, YAML or a dict, printable back.
+
+Example:
+    >>> cfg = DataConfig.from_dict({
+    ...     "seq_len": 8,
+    ...     "sources": [{"name": "web", "path": "/data/web", "dtype": "uint16"}],
+    ... })
+    >>> cfg.sampling.mode
+    <SamplingMode.CONCAT: 'concat'>
+
+Relative source paths in a config *file* are resolved against the file's folder, so a config
+travels with its data; in a dict they are taken as they are (relative to the working folder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamload.errors import ConfigError, add_note
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "TOKEN_DTYPES",
+    "DataConfig",
+    "PackingConfig",
+    "SamplingConfig",
+    "SamplingMode",
+    "ShardFormat",
+    "SourceConfig",
+    "load_config",
+]
+
+TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int16", "int32", "int64")
+"""Token dtypes a shard may hold (unsigned or signed integers; never floats)."""
+
+
+class SamplingMode(str, enum.Enum):
+    """How windows of tokens become samples."""
+
+    CONCAT = "concat"
+    """Windows of ``seq_len + 1`` tokens at stride ``seq_len`` over the token stream."""
+
+
+class ShardFormat(str, enum.Enum):
+    """On-disk format of a source's shards."""
+
+    AUTO = "auto"
+    """Decide per file from magic bytes and companions."""
+    NPY = "npy"
+    """A real NumPy ``.npy`` file (``\\x93NUMPY`` magic); dtype from its header."""
+    RAW = "raw"
+    """Headerless flat tokens (tatm/KempnerForge ``.bin``, Dolma-style ``.npy``); needs a dtype."""
+
+
+def _enum(kind: type[enum.Enum], value: Any, field_name: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in kind)
+        raise ConfigError(f"{field_name} = {value!r} is not one of {allowed}") from None
+
+
+def _check_int(value: Any, field_name: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{field_name} = {value!r} must be an integer")
+    if value < minimum:
+        raise ConfigError(f"{field_name} = {value} must be >= {minimum}")
+
+
+def _check_keys(data: Mapping[str, Any], kind: type, where: str) -> None:
+    allowed = {f.name for f in dataclasses.fields(kind)}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceConfig:
+    """One dataset: a folder, glob or list of token shards.
+
+    Args:
+        name: Unique name, used in state, stats and seeds.
+        path: A folder, a glob, a file, or a list of those (local paths or fsspec URLs).
+        format: Shard format; ``auto`` sniffs each file.
+        dtype: Token dtype, or ``auto`` where the format stores it.
+        weight: Mixture weight (the mixtures issue); ``None`` when not mixing.
+        storage_options: Passed to fsspec for remote paths.
+    """
+
+    name: str
+    path: str | tuple[str, ...]
+    format: ShardFormat = ShardFormat.AUTO
+    dtype: str = "auto"
+    weight: float | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"source {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"source name {self.name!r} must be a non-empty string")
+        paths = (self.path,) if isinstance(self.path, str) else self.path
+        if not paths or not all(isinstance(p, str) and p for p in paths):
+            raise ConfigError(f"{where}: path {self.path!r} must be a non-empty string or list")
+        if isinstance(self.path, list):
+            object.__setattr__(self, "path", tuple(self.path))
+        object.__setattr__(self, "format", _enum(ShardFormat, self.format, f"{where}: format"))
+        if self.dtype != "auto" and self.dtype not in TOKEN_DTYPES:
+            raise ConfigError(
+                f"{where}: dtype = {self.dtype!r} is not 'auto' or one of {', '.join(TOKEN_DTYPES)}"
+            )
+        if self.weight is not None:
+            if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
+                raise ConfigError(f"{where}: weight = {self.weight!r} must be a number")
+            if not self.weight >= 0 or self.weight == float("inf"):
+                raise ConfigError(f"{where}: weight = {self.weight} must be finite and >= 0")
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The path entries as a tuple."""
+        return (self.path,) if isinstance(self.path, str) else self.path
+
+
+@dataclass(frozen=True, kw_only=True)
+class SamplingConfig:
+    """How the token stream becomes an ordered sequence of samples.
+
+    Args:
+        mode: Sampling mode.
+        shuffle: Permute windows per epoch, keyed by (seed, epoch, source).
+        num_samples: Length of one pass; more than one epoch repeats the data, reshuffled per
+            epoch. ``None``: one pass is one epoch.
+        cross_shard: ``False`` keeps every window inside one shard (KempnerForge/OLMo).
+    """
+
+    mode: SamplingMode = SamplingMode.CONCAT
+    shuffle: bool = True
+    num_samples: int | None = None
+    cross_shard: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", _enum(SamplingMode, self.mode, "sampling.mode"))
+        for name in ("shuffle", "cross_shard"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"sampling.{name} = {getattr(self, name)!r} must be true/false")
+        if self.num_samples is not None:
+            _check_int(self.num_samples, "sampling.num_samples", 1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackingConfig:
+    """Document-packing outputs.
+
+    Args:
+        masks: Add ``doc_ids``, ``position_ids``, ``cu_seqlens``, ``max_seqlen`` and mask
+            labels that cross a document boundary with -100.
+    """
+
+    masks: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.masks, bool):
+            raise ConfigError(f"packing.masks = {self.masks!r} must be true/false")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """The whole data configuration: everything that decides which sample has which index.
+
+    Args:
+        seq_len: Tokens per sample input; samples hold ``seq_len + 1`` tokens.
+        sources: The datasets.
+        seed: Seed of every permutation.
+        eos_token_id: End-of-document token, for masks when the format has no document index.
+        vocab_size: When set, every delivered token id is checked to be below it.
+        global_batch_size: When set, ``world_size * batch_size`` must equal it.
+        sampling: Sampling options.
+        packing: Packing-mask options.
+    """
+
+    seq_len: int
+    sources: tuple[SourceConfig, ...]
+    seed: int = 0
+    eos_token_id: int | None = None
+    vocab_size: int | None = None
+    global_batch_size: int | None = None
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    packing: PackingConfig = field(default_factory=PackingConfig)
+
+    def __post_init__(self) -> None:
+        _check_int(self.seq_len, "seq_len", 1)
+        _check_int(self.seed, "seed", 0)
+        for name, minimum in (("eos_token_id", 0), ("vocab_size", 1), ("global_batch_size", 1)):
+            if getattr(self, name) is not None:
+                _check_int(getattr(self, name), name, minimum)
+        if isinstance(self.sources, list):
+            object.__setattr__(self, "sources", tuple(self.sources))
+        if not self.sources:
+            raise ConfigError("sources: at least one [[sources]] entry is required")
+        names = [s.name for s in self.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"sources: duplicate source name(s) {', '.join(dupes)}")
+        v, e = self.vocab_size, self.eos_token_id
+        if v is not None and e is not None and e >= v:
+            raise ConfigError(f"eos_token_id = {e} must be < vocab_size = {v}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], base_dir: str | None = None) -> DataConfig:
+        """Build from a plain mapping (parsed TOML/YAML/JSON).
+
+        Args:
+            data: The mapping.
+            base_dir: Folder that relative local source paths are resolved against.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
+        _check_keys(data, cls, "config")
+        if "seq_len" not in data:
+            raise ConfigError("config: seq_len is required")
+        raw_sources = data.get("sources", [])
+        if not isinstance(raw_sources, Sequence) or isinstance(raw_sources, str):
+            raise ConfigError("sources must be a list of [[sources]] tables")
+        sources = tuple(_source_from_dict(s, i, base_dir) for i, s in enumerate(raw_sources))
+        kwargs = {k: v for k, v in data.items() if k not in ("sources", "sampling", "packing")}
+        return cls(
+            **kwargs,
+            sources=sources,
+            sampling=_sub(SamplingConfig, data.get("sampling", {}), "sampling"),
+            packing=_sub(PackingConfig, data.get("packing", {}), "packing"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON/TOML-safe mapping that ``from_dict`` turns back into an equal config."""
+        return _plain(dataclasses.asdict(self))
+
+    def to_json(self) -> str:
+        """The config as indented JSON."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _sub(kind: type, data: Any, where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a table, got {data!r}")
+    _check_keys(data, kind, where)
+    return kind(**data)
+
+
+def _source_from_dict(data: Any, index: int, base_dir: str | None) -> SourceConfig:
+    where = f"sources[{index}]"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a table, got {data!r}")
+    _check_keys(data, SourceConfig, where)
+    for key in ("name", "path"):
+        if key not in data:
+            raise ConfigError(f"{where}: {key} is required")
+    data = dict(data)
+    path = data["path"]
+    if isinstance(path, (list, tuple)):
+        data["path"] = tuple(_resolve(p, base_dir) for p in path)
+    elif isinstance(path, str):
+        data["path"] = _resolve(path, base_dir)
+    return SourceConfig(**data)
+
+
+def _resolve(path: Any, base_dir: str | None) -> Any:
+    if not isinstance(path, str) or base_dir is None or "://" in path or os.path.isabs(path):
+        return path
+    return os.path.normpath(os.path.join(base_dir, path)) + ("/" if path.endswith("/") else "")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | DataConfig) -> DataConfig:
+    """Load a config from a TOML/YAML/JSON file path, a mapping, or pass a DataConfig through.
+
+    Raises:
+        ConfigError: the file is missing or unparsable, or a value is invalid.
+    """
+    if isinstance(config, DataConfig):
+        return config
+    if isinstance(config, Mapping):
+        return DataConfig.from_dict(config)
+    path = Path(config)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = tomllib.loads(text)
+    except Exception as exc:
+        raise ConfigError(f"{path}: cannot parse config: {exc}") from exc
+    try:
+        return DataConfig.from_dict(data, base_dir=str(path.parent.resolve()))
+    except ConfigError as exc:
+        add_note(exc, f"in config file {path}")
+        raise

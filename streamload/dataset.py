@@ -1,0 +1,98 @@
+"""The stream as a ``torch.utils.data.IterableDataset`` for ``StatefulDataLoader``.
+
+Use it with ``batch_size=None`` (the dataset yields whole per-rank batches)::
+
+    ds = StreamDataset(stream, RankSpec(rank, world, batch_size=8))
+    dl = StatefulDataLoader(ds, batch_size=None, num_workers=2)
+
+With ``num_workers = N`` the loader's worker ``w`` yields this rank's batches
+``w, w + N, w + 2N, …``; the loader takes workers in turn, so the order is the same as
+with no workers. Each worker's state is ``{pass, batch}`` (its next batch), so
+``StatefulDataLoader.state_dict()`` resumes exactly with the same ``num_workers``. For a
+change of worker count or world size, use :class:`streamload.StreamLoader`, whose state is
+global.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from streamload.errors import StateError
+from streamload.nodes.pack_masks import MaskPacker
+from streamload.nodes.plan_chunks import RankSpec
+from streamload.nodes.types import ChunkPlan, TokenChunk
+from streamload.plan.partition import batch_sample_ids, num_batches
+from streamload.state import check_fingerprint
+from streamload.stream import SampleStream
+
+__all__ = ["StreamDataset"]
+
+Batch = dict[str, torch.Tensor]
+
+
+class StreamDataset(IterableDataset[Batch]):
+    """This rank's batches of the global stream, one pass per ``iter()``.
+
+    Args:
+        stream: The global sample stream.
+        rank: Data-parallel rank, size and per-rank batch size.
+
+    State:
+        ``pass``: current pass; ``batch``: next pass-relative batch this copy yields;
+        ``fingerprint``: the stream's fingerprint.
+    """
+
+    PASS_KEY = "pass"
+    BATCH_KEY = "batch"
+
+    def __init__(self, stream: SampleStream, rank: RankSpec) -> None:
+        self.stream = stream
+        self.rank = rank
+        cfg = stream.config
+        self._packer = MaskPacker(cfg.packing.masks, cfg.eos_token_id)
+        self._pass = 0
+        self._batch: int | None = None  # None: not started; the first iter starts at the worker id
+        self._resume = False
+
+    def __iter__(self) -> Iterator[Batch]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        if not self._resume and self._batch is not None:
+            self._pass += 1
+        if not self._resume:
+            self._batch = worker
+        self._resume = False
+        total = num_batches(self.stream.pass_length, 0, self.rank.global_batch)
+        while self._batch is not None and self._batch < total:
+            batch = self._read(self._batch)
+            self._batch += workers
+            yield batch
+
+    def _read(self, index: int) -> Batch:
+        spec = self.rank
+        ids = batch_sample_ids(0, np.array([index]), spec.global_batch, spec.world_size, spec.rank)
+        plan = ChunkPlan(self._pass, ids)
+        tokens, starts = self.stream.read(self._pass, ids)
+        chunk = self._packer(TokenChunk(plan, tokens, starts))
+        return {key: value[0] for key, value in chunk.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Small JSON-safe position of this copy."""
+        return {
+            self.PASS_KEY: self._pass,
+            self.BATCH_KEY: self._batch,
+            "fingerprint": self.stream.fingerprint(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue at a saved position on the next ``iter()``."""
+        if self.PASS_KEY not in state or self.BATCH_KEY not in state:
+            raise StateError(f"not a StreamDataset state: keys {sorted(state)}")
+        check_fingerprint(state.get("fingerprint", {}), self.stream.fingerprint(), False)
+        self._pass, self._batch = int(state[self.PASS_KEY]), state[self.BATCH_KEY]
+        self._resume = self._batch is not None

@@ -1,0 +1,32 @@
+"""The one exception hierarchy of streamload.
+
+Every message names the thing (file, field, source), the value found and what was expected.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "FormatError", "StateError", "StreamloadError", "add_note"]
+
+
+class StreamloadError(Exception):
+    """Base class of every error streamload raises on purpose."""
+
+
+class ConfigError(StreamloadError, ValueError):
+    """A configuration value is missing, malformed or inconsistent with the data."""
+
+
+class FormatError(StreamloadError):
+    """A file is corrupt, truncated, of an unexpected layout, or holds invalid tokens."""
+
+
+class StateError(StreamloadError):
+    """A loader state cannot be restored: wrong version, other data, or other config."""
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """Attach context (a file, a stage) to an exception; Python 3.10 gets it in the message."""
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+    elif exc.args and isinstance(exc.args[0], str):  # pragma: no cover - Python 3.10
+        exc.args = (f"{exc.args[0]}\n{note}", *exc.args[1:])

@@ -1,0 +1,71 @@
+"""Real NumPy ``.npy`` shards (``numpy.save`` output, KempnerForge shards).
+
+The dtype comes from the header; the header is validated against the file size so a
+truncated or padded file is refused rather than misread.
+"""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+import numpy as np
+from numpy.lib import format as npformat
+
+from streamload.errors import FormatError
+from streamload.formats.base import ShardInfo, check_token_dtype
+
+__all__ = ["NPY_MAGIC", "describe_npy"]
+
+NPY_MAGIC = b"\x93NUMPY"
+
+
+def _read_header(fh: BinaryIO, path: str) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    try:
+        version = npformat.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = npformat.read_array_header_1_0(fh)
+        elif version in ((2, 0), (3, 0)):
+            shape, fortran, dtype = npformat.read_array_header_2_0(fh)
+        else:
+            raise FormatError(f"{path}: NPY version {version} is not supported (1.0, 2.0, 3.0)")
+    except FormatError:
+        raise
+    except Exception as exc:
+        raise FormatError(f"{path}: corrupt NPY header: {exc}") from exc
+    return shape, fortran, dtype, fh.tell()
+
+
+def describe_npy(fh: BinaryIO, path: str, relpath: str, size: int, dtype: str) -> ShardInfo:
+    """Describe an NPY shard from its open file and size.
+
+    Args:
+        fh: The file, positioned at byte 0.
+        path: Its path (for messages).
+        relpath: Path relative to the source root.
+        size: File size in bytes.
+        dtype: Configured dtype or ``"auto"``; when given it must match the header.
+
+    Raises:
+        FormatError: corrupt header, not 1-D, non-integer dtype, dtype mismatch, or a file
+            size that disagrees with the header (truncated or trailing bytes).
+    """
+    shape, _fortran, np_dtype, offset = _read_header(fh, path)
+    if np_dtype.hasobject:
+        raise FormatError(f"{path}: NPY holds Python objects; expected integer tokens")
+    check_token_dtype(np_dtype, path)
+    if len(shape) != 1:
+        raise FormatError(f"{path}: NPY shape {shape} is not 1-D; token shards are flat arrays")
+    if dtype != "auto" and np.dtype(dtype) != np_dtype.newbyteorder("="):
+        raise FormatError(
+            f"{path}: NPY header says dtype {np_dtype.name} but the config says dtype = "
+            f"{dtype!r}; remove dtype or fix it"
+        )
+    (count,) = shape
+    expected = offset + count * np_dtype.itemsize
+    if size != expected:
+        state = "truncated" if size < expected else "followed by trailing bytes"
+        raise FormatError(
+            f"{path}: NPY header says {count} tokens of {np_dtype.name} ({expected} bytes with "
+            f"the header) but the file is {size} bytes; the file is {state}"
+        )
+    return ShardInfo(path, relpath, size, "npy", np_dtype.str, offset, count)

@@ -1,0 +1,55 @@
+"""Headerless token files: tatm/KempnerForge ``.bin`` and Dolma-style headerless ``.npy``.
+
+The width is not stored in the file, so it comes from the config or from a tatm
+``metadata.yaml`` beside the file; it is never guessed from the file size (KempnerForge's
+``size % 4`` rule silently misreads half of all uint16 files, FORMATS §5.1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamload.errors import FormatError
+from streamload.formats.base import ShardInfo, check_token_dtype
+
+__all__ = ["describe_raw", "tatm_dtype"]
+
+
+def tatm_dtype(metadata_text: str, metadata_path: str) -> str | None:
+    """The token dtype a tatm ``metadata.yaml`` declares, or ``None`` if it declares none."""
+    import yaml
+
+    try:
+        meta = yaml.safe_load(metadata_text)
+    except yaml.YAMLError as exc:
+        raise FormatError(f"{metadata_path}: cannot parse YAML: {exc}") from exc
+    info = meta.get("tokenized_info") if isinstance(meta, dict) else None
+    dtype = info.get("dtype") if isinstance(info, dict) else None
+    if dtype is None:
+        return None
+    try:
+        return np.dtype(str(dtype)).name
+    except TypeError:
+        raise FormatError(
+            f"{metadata_path}: tokenized_info.dtype = {dtype!r} is not a numpy dtype"
+        ) from None
+
+
+def describe_raw(path: str, relpath: str, size: int, dtype: str, why: str = "") -> ShardInfo:
+    """Describe a raw shard of ``size`` bytes holding tokens of ``dtype``.
+
+    Raises:
+        FormatError: no dtype known, or a size that is not a multiple of the item size.
+    """
+    if dtype == "auto":
+        raise FormatError(
+            f"{path}: {why or 'a headerless token file'} does not record its token width; "
+            'set dtype (e.g. dtype = "uint16") in this source\'s config'
+        )
+    np_dtype = check_token_dtype(np.dtype(dtype).newbyteorder("<"), path)
+    if size % np_dtype.itemsize:
+        raise FormatError(
+            f"{path}: file size {size} bytes is not a multiple of the {np_dtype.name} item size "
+            f"{np_dtype.itemsize}; the dtype is wrong or the file is truncated"
+        )
+    return ShardInfo(path, relpath, size, "raw", np_dtype.str, 0, size // np_dtype.itemsize)

@@ -1,0 +1,112 @@
+"""Expand a source's ``path`` into its ordered shard list, through fsspec.
+
+Order rule (part of the data fingerprint): each ``path`` entry is expanded on its own and the
+entries are concatenated in config order. A folder lists its token files (non-recursively)
+and a glob its matches; both are sorted lexicographically by the full path string, as
+KempnerForge does (``tokenized_10.bin`` sorts before ``tokenized_2.bin``). A single file is
+itself. Only listing and header bytes are read here, never token data.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+
+from streamload.config import SourceConfig
+from streamload.errors import ConfigError
+
+__all__ = ["TOKEN_SUFFIXES", "ListedFile", "list_source_files", "source_filesystem"]
+
+TOKEN_SUFFIXES = (".npy", ".bin")
+"""Suffixes a folder listing treats as token shards."""
+
+_GLOB_CHARS = "*?["
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """One listed file: its full path (as ``fs`` names it), path under the root, and size."""
+
+    path: str
+    relpath: str
+    size: int
+
+
+def source_filesystem(source: SourceConfig) -> tuple[Any, list[str]]:
+    """The fsspec file system of a source and its path entries stripped of the protocol.
+
+    Raises:
+        ConfigError: entries use different protocols, or fsspec cannot open the protocol.
+    """
+    try:
+        fs, _ = fsspec.core.url_to_fs(source.paths[0], **source.storage_options)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError(
+            f"source {source.name!r}: cannot open {source.paths[0]!r}: {exc}"
+        ) from exc
+    stripped = []
+    for entry in source.paths:
+        other, _ = fsspec.core.url_to_fs(entry, **source.storage_options)
+        if type(other) is not type(fs):
+            raise ConfigError(
+                f"source {source.name!r}: paths mix storage protocols ({source.paths[0]!r} and "
+                f"{entry!r}); use one source per storage"
+            )
+        stripped.append(fs._strip_protocol(entry))
+    return fs, stripped
+
+
+def list_source_files(source: SourceConfig) -> tuple[Any, list[ListedFile]]:
+    """List a source's shard files in the documented order.
+
+    Raises:
+        ConfigError: a path does not exist, matches nothing, or a file is listed twice.
+    """
+    fs, entries = source_filesystem(source)
+    files: list[ListedFile] = []
+    for raw, entry in zip(source.paths, entries, strict=True):
+        found = _expand(fs, entry)
+        if not found:
+            raise ConfigError(
+                f"source {source.name!r}: {raw!r} holds no token files "
+                f"(looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)})"
+            )
+        files.extend(found)
+    seen: set[str] = set()
+    for f in files:
+        if f.path in seen:
+            raise ConfigError(f"source {source.name!r}: {f.path} is listed twice")
+        seen.add(f.path)
+    return fs, files
+
+
+def _expand(fs: Any, entry: str) -> list[ListedFile]:
+    if any(c in entry for c in _GLOB_CHARS):
+        root = entry[: min(entry.find(c) for c in _GLOB_CHARS if c in entry)]
+        root = root if root.endswith("/") else posixpath.dirname(root)
+        infos = fs.glob(entry, detail=True).values()
+        files = [i for i in infos if i.get("type") == "file"]
+    elif fs.isdir(entry):
+        root = entry
+        files = [
+            i
+            for i in fs.ls(entry, detail=True)
+            if i.get("type") == "file" and i["name"].endswith(TOKEN_SUFFIXES)
+        ]
+    elif fs.isfile(entry):
+        info = fs.info(entry)
+        return [ListedFile(info["name"], posixpath.basename(info["name"]), int(info["size"]))]
+    else:
+        raise ConfigError(f"{entry}: no such file or folder")
+    listed = [ListedFile(i["name"], _relative(i["name"], root), int(i["size"])) for i in files]
+    return sorted(listed, key=lambda f: f.path)
+
+
+def _relative(name: str, root: str) -> str:
+    root = root.rstrip("/")
+    if root and name.startswith(root + "/"):
+        return name[len(root) + 1 :]
+    return posixpath.basename(name)

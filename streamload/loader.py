@@ -1,0 +1,277 @@
+"""The public entry point: :func:`build_loader` and :class:`StreamLoader`.
+
+Example:
+    >>> loader = build_loader("data.toml", batch_size=8, num_workers=2)  # doctest: +SKIP
+    >>> for step, batch in enumerate(loader):                              # doctest: +SKIP
+    ...     state = loader.state_dict()   # after any delivered batch
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torchdata.nodes import BaseNode, ParallelMapper, PinMemory, Prefetcher
+
+from streamload.config import DataConfig, load_config
+from streamload.distributed import resolve_data_parallel
+from streamload.errors import ConfigError
+from streamload.nodes._map import MapStage
+from streamload.nodes.pack_masks import MaskPacker
+from streamload.nodes.plan_chunks import PlanChunks, RankSpec
+from streamload.nodes.read_windows import WindowReader
+from streamload.nodes.split_batches import SplitBatches
+from streamload.nodes.types import ChunkPlan
+from streamload.plan.partition import num_batches
+from streamload.state import check_fingerprint, make_state, read_state
+from streamload.stream import SampleStream
+
+__all__ = ["Batch", "LoaderOptions", "StreamLoader", "WorkerType", "build_loader"]
+
+Batch = dict[str, torch.Tensor]
+
+CHUNK_BYTES = 16 << 20
+"""Target size of one chunk of batches handed over by a worker (hand off big)."""
+MAX_CHUNK_BATCHES = 64
+
+
+class WorkerType(str, enum.Enum):
+    """Where loader workers run."""
+
+    THREAD = "thread"
+    """Threads in the training process: no IPC; numpy copies release the GIL."""
+    PROCESS = "process"
+    """Processes (like ``torch.utils.data.DataLoader``); chunks return through shared memory."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoaderOptions:
+    """How batches are produced; none of these change which sample is where.
+
+    Args:
+        worker_type: Threads or processes for ``num_workers > 0``.
+        prefetch: Chunks kept ready beyond those in the workers (0: none).
+        pin_memory: Pin batches (only when CUDA is available).
+        chunk_batches: Batches per work unit; ``None`` picks about 16 MiB per chunk.
+        multiprocessing_context: ``fork``, ``spawn`` or ``forkserver`` for process workers.
+    """
+
+    worker_type: WorkerType = WorkerType.THREAD
+    prefetch: int = 2
+    pin_memory: bool = False
+    chunk_batches: int | None = None
+    multiprocessing_context: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "worker_type", WorkerType(self.worker_type))
+        except ValueError:
+            raise ConfigError(
+                f"worker_type = {self.worker_type!r} is not 'thread' or 'process'"
+            ) from None
+        if self.prefetch < 0:
+            raise ConfigError(f"prefetch = {self.prefetch} must be >= 0")
+        if self.chunk_batches is not None and self.chunk_batches < 1:
+            raise ConfigError(f"chunk_batches = {self.chunk_batches} must be >= 1")
+
+
+class _Materialize:
+    """Picklable ``ChunkPlan → chunk dict``: read windows, then build inputs/labels/masks."""
+
+    def __init__(self, reader: WindowReader, packer: MaskPacker) -> None:
+        self.reader = reader
+        self.packer = packer
+
+    def __call__(self, plan: ChunkPlan) -> Batch:
+        return self.packer(self.reader(plan))
+
+
+class StreamLoader:
+    """Iterates this rank's batches; its state resumes exactly, on any world size or workers.
+
+    Each ``iter()`` continues the current pass from the cursor (a fresh loader starts at pass
+    0); when a pass ends, the next ``iter()`` starts the next one.
+
+    Args:
+        stream: The global sample stream.
+        rank: Data-parallel rank, size and per-rank batch size.
+        num_workers: Worker threads/processes (0: produce batches in the calling thread).
+        options: Worker type, prefetch, pinning, chunk size.
+    """
+
+    def __init__(
+        self,
+        stream: SampleStream,
+        rank: RankSpec,
+        num_workers: int = 0,
+        options: LoaderOptions | None = None,
+    ) -> None:
+        if num_workers < 0:
+            raise ConfigError(f"num_workers = {num_workers} must be >= 0")
+        expected = stream.config.global_batch_size
+        if expected is not None and expected != rank.global_batch:
+            raise ConfigError(
+                f"global_batch_size = {expected} in the config, but world_size {rank.world_size}"
+                f" x batch_size {rank.batch_size} = {rank.global_batch}"
+            )
+        self.stream = stream
+        self.rank = rank
+        self.num_workers = num_workers
+        self.options = options or LoaderOptions()
+        self._pass, self._sample, self._delivered = 0, 0, 0
+        self._chain: BaseNode[Batch] | None = None
+        dropped = stream.pass_length % rank.global_batch
+        if dropped and rank.rank == 0:
+            warnings.warn(
+                f"each pass of {stream.pass_length} samples ends with {dropped} samples that do "
+                f"not fill a global batch of {rank.global_batch}; they are dropped",
+                stacklevel=2,
+            )
+
+    def __len__(self) -> int:
+        """Batches per full pass for this rank."""
+        return num_batches(self.stream.pass_length, 0, self.rank.global_batch)
+
+    def __iter__(self) -> Iterator[Batch]:
+        self._close()
+        if num_batches(self.stream.pass_length, self._sample, self.rank.global_batch) == 0:
+            self._pass, self._sample, self._delivered = self._pass + 1, 0, 0
+        chain = self._build_chain()
+        self._chain = chain
+        return self._run(chain)
+
+    def _run(self, chain: BaseNode[Batch]) -> Iterator[Batch]:
+        for batch in chain:
+            if chain is not self._chain:  # superseded by a newer iter() or a restore
+                return
+            self._sample += self.rank.global_batch
+            self._delivered += 1
+            yield batch
+        if chain is self._chain:
+            self._close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last delivered batch (small, JSON-safe; see ``state.py``)."""
+        plan = self.stream.plan
+        epochs, _ = plan.epochs_and_slots(self._pass, np.array([self._sample]))
+        drawn = (
+            self._sample
+            if plan.num_samples is not None
+            else (self._pass * plan.num_windows + self._sample)
+        )
+        return make_state(
+            fingerprint=self.stream.fingerprint(),
+            pass_index=self._pass,
+            samples=self._sample,
+            batches=self._delivered,
+            seq_len=self.stream.seq_len,
+            global_batch=self.rank.global_batch,
+            sources={plan.name: {"epoch": int(epochs[0]), "samples": drawn}},
+        )
+
+    def load_state_dict(
+        self, state: Mapping[str, Any], *, ignore_fingerprint_mismatch: bool = False
+    ) -> None:
+        """Continue at the saved position; the next ``iter()`` yields the next sample's batch.
+
+        Raises:
+            StateError: malformed, too new, or saved for other data or config.
+        """
+        current = read_state(state)
+        check_fingerprint(
+            current["fingerprint"], self.stream.fingerprint(), ignore_fingerprint_mismatch
+        )
+        self._close()
+        self._pass = current["epoch"]
+        self._sample = current["cursor"]["samples"]
+        self._delivered = 0
+
+    def _chunk_batches(self) -> int:
+        if self.options.chunk_batches is not None:
+            return self.options.chunk_batches
+        per_batch = self.rank.batch_size * (self.stream.seq_len + 1) * 8 * 2
+        if self.stream.config.packing.masks:
+            per_batch *= 3
+        return max(1, min(MAX_CHUNK_BATCHES, CHUNK_BYTES // per_batch))
+
+    def _build_chain(self) -> BaseNode[Batch]:
+        cfg = self.stream.config
+        plan = PlanChunks(
+            self.stream.pass_length, self.rank, self._chunk_batches(), (self._pass, self._sample)
+        )
+        work = _Materialize(
+            WindowReader(self.stream), MaskPacker(cfg.packing.masks, cfg.eos_token_id)
+        )
+        node: BaseNode[Any]
+        if self.num_workers == 0:
+            node = MapStage(plan, work)
+        else:
+            node = ParallelMapper(
+                plan,
+                work,
+                num_workers=self.num_workers,
+                in_order=True,
+                method=self.options.worker_type.value,
+                multiprocessing_context=self.options.multiprocessing_context,
+            )
+            if self.options.prefetch:
+                node = Prefetcher(node, prefetch_factor=self.options.prefetch)
+        node = SplitBatches(node)
+        if self.options.pin_memory and torch.cuda.is_available():
+            node = PinMemory(node)
+        node.reset(None)
+        return node
+
+    def _close(self) -> None:
+        chain, self._chain = self._chain, None
+        if chain is not None:
+            _shutdown(chain)
+
+
+def _shutdown(node: Any) -> None:
+    """Stop the worker threads/processes of a chain (torchdata stops them on reset/GC)."""
+    seen = 0
+    while node is not None and seen < 16:
+        inner = getattr(node, "_it", None)
+        stop = getattr(inner, "_shutdown", None)
+        if callable(stop):
+            stop()
+        node = getattr(node, "source", None)
+        seen += 1
+
+
+def build_loader(
+    config: str | os.PathLike[str] | Mapping[str, Any] | DataConfig,
+    *,
+    batch_size: int,
+    rank: int | None = None,
+    world_size: int | None = None,
+    num_workers: int = 0,
+    mesh: Any | None = None,
+    options: LoaderOptions | None = None,
+) -> StreamLoader:
+    """Build this rank's loader from a config file, mapping or :class:`DataConfig`.
+
+    Args:
+        config: TOML/YAML/JSON path, mapping, or DataConfig.
+        batch_size: Per-rank batch size b (a global batch holds ``world_size * b`` samples).
+        rank: DP rank (default: from ``mesh`` or ``torch.distributed``, else 0).
+        world_size: DP size (default: likewise, else 1).
+        num_workers: Loader workers.
+        mesh: 1-D data-parallel ``DeviceMesh`` (e.g. ``mesh["dp"]``).
+        options: Worker type, prefetch, pinning, chunk size.
+
+    Raises:
+        ConfigError: invalid config or arguments.
+        FormatError: a shard is corrupt or unreadable as configured.
+    """
+    cfg = load_config(config)
+    r, w = resolve_data_parallel(rank, world_size, mesh)
+    stream = SampleStream.from_config(cfg)
+    return StreamLoader(stream, RankSpec(r, w, batch_size), num_workers, options)

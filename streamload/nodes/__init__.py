@@ -1,0 +1,29 @@
+"""Pipeline stages, each a ``torchdata.nodes.BaseNode`` in its own module.
+
+A typical chain (what :class:`streamload.StreamLoader` builds)::
+
+    PlanChunks → ReadWindows → PackMasks → SplitBatches
+
+``PlanChunks`` is the only stage with state (the cursor); the others are pure maps that
+pass their source's state through, so any recomposition stays exactly resumable.
+"""
+
+from streamload.nodes.list_shards import ListShards
+from streamload.nodes.pack_masks import MaskPacker, PackMasks
+from streamload.nodes.plan_chunks import PlanChunks, RankSpec
+from streamload.nodes.read_windows import ReadWindows, WindowReader
+from streamload.nodes.split_batches import SplitBatches
+from streamload.nodes.types import ChunkPlan, TokenChunk
+
+__all__ = [
+    "ChunkPlan",
+    "ListShards",
+    "MaskPacker",
+    "PackMasks",
+    "PlanChunks",
+    "RankSpec",
+    "ReadWindows",
+    "SplitBatches",
+    "TokenChunk",
+    "WindowReader",
+]

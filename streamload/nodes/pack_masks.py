@@ -1,0 +1,60 @@
+"""Stage 5 (pack): tokens → ``input_ids``, ``labels`` and optional document-packing masks."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torchdata.nodes import BaseNode
+
+from streamload.nodes._map import MapStage
+from streamload.nodes.types import TokenChunk
+from streamload.ops.masks import packing_fields, starts_from_eos
+
+__all__ = ["MaskPacker", "PackMasks"]
+
+
+class MaskPacker:
+    """Picklable map ``TokenChunk → dict of tensors`` with a leading ``[batches, batch_size]``.
+
+    Keys: ``input_ids``, ``labels`` (int64 ``[K, b, L]``), ``sample_index`` (int64 ``[K, b]``,
+    pass-relative), and with masks ``doc_ids``, ``position_ids``, ``cu_seqlens``, ``max_seqlen``
+    (see :mod:`streamload.ops.masks`).
+
+    Args:
+        masks: Whether to add packing masks.
+        eos_token_id: EOS id that ends documents (required with masks).
+    """
+
+    def __init__(self, masks: bool, eos_token_id: int | None) -> None:
+        if masks and eos_token_id is None:
+            raise ValueError("packing masks need an eos_token_id")
+        self.masks = masks
+        self.eos_token_id = eos_token_id
+
+    def __call__(self, chunk: TokenChunk) -> dict[str, torch.Tensor]:
+        batches, batch_size = chunk.plan.sample_ids.shape
+        tokens = chunk.tokens
+        arrays: dict[str, np.ndarray] = {
+            "input_ids": tokens[:, :-1].astype(np.int64),
+            "labels": tokens[:, 1:].astype(np.int64),
+        }
+        if self.masks:
+            starts = starts_from_eos(tokens, int(self.eos_token_id))  # type: ignore[arg-type]
+            arrays.update(packing_fields(starts, arrays["labels"]))
+        out = {
+            key: torch.from_numpy(value.reshape(batches, batch_size, *value.shape[1:]))
+            for key, value in arrays.items()
+        }
+        out["sample_index"] = torch.from_numpy(np.ascontiguousarray(chunk.plan.sample_ids))
+        return out
+
+
+class PackMasks(MapStage[TokenChunk, dict[str, torch.Tensor]]):
+    """Turn token chunks into chunk dicts of tensors.
+
+    State:
+        The source's state (this stage holds nothing).
+    """
+
+    def __init__(self, source: BaseNode[TokenChunk], masks: bool, eos_token_id: int | None) -> None:
+        super().__init__(source, MaskPacker(masks, eos_token_id))

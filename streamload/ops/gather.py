@@ -1,0 +1,97 @@
+"""Gathering windows of tokens from a source's shards, one slice copy per window.
+
+The shards of a source form one stream; ``offsets[i]`` is the stream offset of shard i's
+first token. A window is located with one ``searchsorted`` over shards (never over documents)
+and copied straight from the memory map into the output row, so the work per window is one
+``memcpy``. Windows that straddle two shards (only with ``cross_shard = true``) are stitched.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from streamload.formats.base import ShardInfo, TokenShard, open_shard
+
+__all__ = ["MAX_OPEN_SHARDS", "ShardSet"]
+
+MAX_OPEN_SHARDS = 256
+"""Shards kept mapped per process; older ones are unmapped (each map holds a file handle)."""
+
+
+class ShardSet:
+    """The shards of one source, opened lazily in whichever process uses them.
+
+    Pickling drops the open maps, so a ``ShardSet`` travels cheaply into worker processes.
+
+    Args:
+        shards: The described shards, in stream order.
+    """
+
+    def __init__(self, shards: tuple[ShardInfo, ...]) -> None:
+        self.shards = shards
+        counts = np.array([s.num_tokens for s in shards], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.dtype = np.result_type(*[np.dtype(s.dtype).newbyteorder("=") for s in shards])
+        self._open: OrderedDict[int, TokenShard] = OrderedDict()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_open"] = OrderedDict()
+        return state
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the whole stream."""
+        return int(self.offsets[-1])
+
+    def shard(self, index: int) -> TokenShard:
+        """The opened shard ``index`` (opened on first use in this process)."""
+        opened = self._open.get(index)
+        if opened is None:
+            opened = open_shard(self.shards[index])
+            self._open[index] = opened
+            if len(self._open) > MAX_OPEN_SHARDS:
+                self._open.popitem(last=False)
+        else:
+            self._open.move_to_end(index)
+        return opened
+
+    def locate(self, stream_offset: int) -> tuple[int, int]:
+        """(shard index, offset inside the shard) of a stream offset."""
+        index = int(np.searchsorted(self.offsets, stream_offset, side="right")) - 1
+        return index, stream_offset - int(self.offsets[index])
+
+    def gather(self, starts: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Fill ``out[i]`` with stream tokens ``[starts[i], starts[i] + out.shape[1])``.
+
+        Args:
+            starts: Stream offsets, int64 ``[n]``.
+            out: Output ``[n, length]``; any integer dtype wide enough for the tokens.
+
+        Returns:
+            ``out``.
+        """
+        length = out.shape[1]
+        shard_ids = np.searchsorted(self.offsets, starts, side="right") - 1
+        local = starts - self.offsets[shard_ids]
+        ends = self.offsets[shard_ids + 1] - self.offsets[shard_ids]
+        inside = (local + length <= ends).tolist()
+        for row, (sid, loc, fits) in enumerate(
+            zip(shard_ids.tolist(), local.tolist(), inside, strict=True)
+        ):
+            if fits:
+                out[row] = self.shard(sid).tokens(loc, loc + length)
+            else:
+                self._stitch(sid, loc, out[row])
+        return out
+
+    def _stitch(self, sid: int, loc: int, row: np.ndarray) -> None:
+        filled = 0
+        while filled < row.shape[0]:
+            piece = self.shard(sid).tokens(loc, loc + row.shape[0] - filled)
+            row[filled : filled + piece.shape[0]] = piece
+            filled += piece.shape[0]
+            sid, loc = sid + 1, 0

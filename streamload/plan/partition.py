@@ -1,0 +1,53 @@
+"""Splitting global batches across data-parallel ranks, and a rank's batches into chunks.
+
+Global batch k of a pass (starting at sample ``g0``) is samples ``[g0 + k·B, g0 + (k+1)·B)``
+with ``B = world_size · batch_size``; rank r takes the contiguous slice
+``[g0 + k·B + r·b, g0 + k·B + (r+1)·b)``.
+
+Example (g0 = 0, world 2, b = 2, B = 4): batch 0 → rank 0 samples [0, 1], rank 1 [2, 3];
+batch 1 → rank 0 [4, 5], rank 1 [6, 7].
+
+A *chunk* is a run of consecutive batches of one rank, the unit of work of one loader worker.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["batch_sample_ids", "chunk_sample_ids", "num_batches", "rank_share"]
+
+
+def num_batches(pass_length: int, start: int, global_batch: int) -> int:
+    """Whole global batches left in a pass of ``pass_length`` samples from sample ``start``."""
+    return max(0, (pass_length - start) // global_batch)
+
+
+def rank_share(global_batch: int, world_size: int, rank: int) -> tuple[int, int]:
+    """(first offset inside a global batch, count) of rank ``rank``'s share."""
+    per_rank = global_batch // world_size
+    return rank * per_rank, per_rank
+
+
+def batch_sample_ids(
+    start: int, batches: np.ndarray, global_batch: int, world_size: int, rank: int
+) -> np.ndarray:
+    """Pass-relative sample ids ``[len(batches), b]`` that rank ``rank`` gets in those batches.
+
+    Args:
+        start: Pass-relative sample where batch 0 begins.
+        batches: Batch indices counted from ``start``.
+        global_batch: B.
+        world_size: W (divides B).
+        rank: r.
+    """
+    offset, per_rank = rank_share(global_batch, world_size, rank)
+    b = np.asarray(batches, dtype=np.int64)
+    return start + b[:, None] * global_batch + offset + np.arange(per_rank, dtype=np.int64)
+
+
+def chunk_sample_ids(
+    start: int, first_batch: int, count: int, global_batch: int, world_size: int, rank: int
+) -> np.ndarray:
+    """Sample ids ``[count, b]`` of consecutive batches ``first_batch .. first_batch+count-1``."""
+    batches = np.arange(first_batch, first_batch + count, dtype=np.int64)
+    return batch_sample_ids(start, batches, global_batch, world_size, rank)

@@ -1,0 +1,116 @@
+"""The loader state envelope: version, fingerprint, cursor; and its checks and upgraders.
+
+Example (``num_samples`` unset, 2 windows of 4 consumed in epoch 1)::
+
+    {"version": 1,
+     "fingerprint": {"algorithm": ..., "seq_len": 2048, "seed": 1234, "data": {"web": "ab12…"}, …},
+     "epoch": 1,
+     "cursor": {"samples": 2, "tokens": 4096, "batches": 1},
+     "sources": {"web": {"epoch": 1, "samples": 6}},
+     "global_batch_size": 2}
+
+* ``epoch``: passes completed (a pass is ``num_samples`` samples, or one epoch without it).
+* ``cursor.samples``: samples of the current pass consumed by the training loop (what was
+  delivered, never what was prefetched); ``tokens`` = samples × seq_len; ``batches``:
+  batches delivered in this pass by this loader since it started or was restored.
+* ``sources``: per source, its data epoch and samples drawn since the start of training.
+* ``global_batch_size``: informational; a loader with another global batch size may load the
+  state and continues at exactly ``cursor.samples``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from streamload.errors import StateError
+
+__all__ = ["STATE_VERSION", "UPGRADERS", "check_fingerprint", "make_state", "read_state"]
+
+STATE_VERSION = 1
+
+UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+"""``UPGRADERS[n]`` turns a version-n state into a version-(n+1) state."""
+
+
+def make_state(
+    *,
+    fingerprint: dict[str, Any],
+    pass_index: int,
+    samples: int,
+    batches: int,
+    seq_len: int,
+    global_batch: int,
+    sources: dict[str, dict[str, int]],
+) -> dict[str, Any]:
+    """Build the envelope (plain JSON-safe ints, strings, lists, dicts)."""
+    return {
+        "version": STATE_VERSION,
+        "fingerprint": fingerprint,
+        "epoch": pass_index,
+        "cursor": {"samples": samples, "tokens": samples * seq_len, "batches": batches},
+        "sources": sources,
+        "global_batch_size": global_batch,
+    }
+
+
+def read_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate the envelope's shape and upgrade it to the current version.
+
+    Raises:
+        StateError: not a streamload state, a newer version, or missing fields.
+    """
+    if not isinstance(state, Mapping) or "version" not in state:
+        raise StateError(f"not a streamload loader state (no 'version' key): {_short(state)}")
+    version = state["version"]
+    if not isinstance(version, int) or version < 1:
+        raise StateError(f"state version {version!r} is not a positive integer")
+    if version > STATE_VERSION:
+        raise StateError(
+            f"state version {version} is newer than this streamload understands "
+            f"({STATE_VERSION}); upgrade streamload"
+        )
+    current = dict(state)
+    while current["version"] < STATE_VERSION:
+        current = UPGRADERS[current["version"]](current)
+    for key in ("fingerprint", "epoch", "cursor"):
+        if key not in current:
+            raise StateError(f"state is missing {key!r}")
+    samples = current["cursor"].get("samples") if isinstance(current["cursor"], Mapping) else None
+    if not isinstance(samples, int) or samples < 0:
+        raise StateError(f"state cursor.samples = {samples!r} must be an integer >= 0")
+    if not isinstance(current["epoch"], int) or current["epoch"] < 0:
+        raise StateError(f"state epoch = {current['epoch']!r} must be an integer >= 0")
+    return current
+
+
+def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any], ignore: bool) -> None:
+    """Raise naming every field that differs, unless ``ignore``.
+
+    Raises:
+        StateError: the state was saved for other data or another order-changing config.
+    """
+    keys = sorted(set(saved) | set(current))
+    diffs = [k for k in keys if saved.get(k) != current.get(k)]
+    if not diffs or ignore:
+        return
+    parts = []
+    for key in diffs:
+        if key == "data":
+            changed = _changed_sources(saved.get(key) or {}, current.get(key) or {})
+            parts.append(f"data of source(s) {', '.join(changed)} (files, sizes or dtypes)")
+        else:
+            parts.append(f"{key}: saved {saved.get(key)!r}, now {current.get(key)!r}")
+    raise StateError(
+        "the state was saved for a different stream — " + "; ".join(parts) + ". Resuming would "
+        "not continue on the next sample; pass ignore_fingerprint_mismatch=True if you mean it"
+    )
+
+
+def _changed_sources(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    return sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) < 80 else text[:77] + "..."
