@@ -131,7 +131,7 @@ class StreamLoader:
             warnings.warn(
                 f"each pass of {stream.pass_length} samples ends with {dropped} samples that do "
                 f"not fill a global batch of {rank.global_batch}; they are dropped",
-                stacklevel=2,
+                stacklevel=3,
             )
 
     def __len__(self) -> int:

@@ -1,0 +1,7 @@
+"""``python -m streamload.cli``."""
+
+import sys
+
+from streamload.cli.main import main
+
+sys.exit(main())

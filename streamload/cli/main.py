@@ -1,0 +1,43 @@
+"""``streamload`` command: dispatches to one module per subcommand.
+
+Every subcommand exits 0 on success and 2 with a one-line reason on bad input
+(a :class:`~streamload.errors.StreamloadError`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from streamload.cli import demo, samples
+from streamload.errors import StreamloadError
+
+__all__ = ["main"]
+
+_COMMANDS = (samples, demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="streamload", description="Deterministic, exactly resumable token data loading."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in _COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except StreamloadError as exc:
+        print(f"streamload {args.command}: error: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""``streamload samples``: write the tokens of global sample positions to a ``.npy`` file.
+
+Lets anyone see what a training step contains without GPUs::
+
+    streamload samples data.toml --start 0 --count 16 --out s.npy
+    streamload samples data.toml --start 0 --count 64 --rank 1 --world-size 4 --batch-size 2 --out r1.npy
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from streamload.config import load_config
+from streamload.errors import ConfigError
+from streamload.plan.partition import num_batches
+from streamload.stream import SampleStream
+
+__all__ = ["add_parser", "rank_positions", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    """Register the subcommand."""
+    p = sub.add_parser("samples", help="write global samples [K, K+N) as an int64 .npy array")
+    p.add_argument("config", help="TOML/YAML/JSON data config")
+    p.add_argument("--start", type=int, required=True, help="first global sample position K")
+    p.add_argument("--count", type=int, required=True, help="number of positions N")
+    p.add_argument("--epoch", type=int, default=0, help="pass (epoch) index; default 0")
+    p.add_argument("--rank", type=int, help="keep only the rows this DP rank receives")
+    p.add_argument("--world-size", type=int, help="DP world size W (with --rank)")
+    p.add_argument("--batch-size", type=int, help="per-rank batch size b (with --rank)")
+    p.add_argument("--out", required=True, help="output .npy path")
+    p.set_defaults(run=run)
+
+
+def rank_positions(
+    start: int, count: int, rank: int, world_size: int, batch_size: int, pass_length: int
+) -> np.ndarray:
+    """Global positions in ``[start, start + count)`` that ``rank`` receives, in its order.
+
+    In global batch k (``B = world_size * batch_size``) rank r gets positions
+    ``k*B + r*b .. k*B + r*b + b - 1``; positions in the dropped partial last batch of a pass
+    are never delivered and are left out.
+    """
+    if not 0 <= rank < world_size or batch_size < 1:
+        raise ConfigError(f"--rank {rank} must be in [0, {world_size}) and --batch-size >= 1")
+    global_batch = world_size * batch_size
+    positions = np.arange(start, start + count, dtype=np.int64)
+    delivered = positions < num_batches(pass_length, 0, global_batch) * global_batch
+    mine = (positions % global_batch) // batch_size == rank
+    return positions[mine & delivered]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the samples; returns the exit code."""
+    stream = SampleStream.from_config(load_config(args.config))
+    if args.start < 0 or args.count < 0 or args.start + args.count > stream.pass_length:
+        raise ConfigError(
+            f"--start {args.start} --count {args.count} is outside the pass of "
+            f"{stream.pass_length} samples"
+        )
+    positions = np.arange(args.start, args.start + args.count, dtype=np.int64)
+    by_rank = (args.rank, args.world_size, args.batch_size)
+    if any(v is not None for v in by_rank):
+        if any(v is None for v in by_rank):
+            raise ConfigError("--rank, --world-size and --batch-size go together")
+        positions = rank_positions(args.start, args.count, *by_rank, stream.pass_length)
+    tokens, _ = stream.read(args.epoch, positions)
+    np.save(args.out, tokens.astype(np.int64))
+    print(f"wrote {tokens.shape[0]} samples x {tokens.shape[1]} tokens to {args.out}")
+    return 0
