@@ -100,22 +100,38 @@ def run_demo(folder: Path, *, num_workers: int = 2, resume_workers: int = 1) -> 
             state = loader.state_dict()
             (folder / "state.json").write_text(json.dumps(state))
     elapsed = time.perf_counter() - start
-    print(f"uninterrupted run: {len(digests)} batches of 8 x 512 with masks, {num_workers} workers,"
-          f" {tokens / elapsed:,.0f} tokens/s")
+    print(
+        f"uninterrupted run: {len(digests)} batches of 8 x 512 with masks, {num_workers} workers,"
+        f" {tokens / elapsed:,.0f} tokens/s"
+    )
     print(f"state saved after batch {save_at}: {json.dumps(state['cursor'])}")
     resumed = folder / "resumed.json"
-    cmd = [sys.executable, "-m", "streamload.cli", "demo", "--dir", str(folder), "--resume",
-           "--num-workers", str(resume_workers)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "streamload.cli",
+        "demo",
+        "--dir",
+        str(folder),
+        "--resume",
+        "--num-workers",
+        str(resume_workers),
+    ]
     subprocess.run(cmd, check=True)
     rest = json.loads(resumed.read_text())
     exact = rest == digests[save_at + 1 :]
     verdict = "identical" if exact else "DIFFERENT"
-    print(f"fresh process, {resume_workers} worker(s): {len(rest)} batches after the checkpoint, "
-          f"{verdict} to the uninterrupted run")
+    print(
+        f"fresh process, {resume_workers} worker(s): {len(rest)} batches after the checkpoint, "
+        f"{verdict} to the uninterrupted run"
+    )
     return exact
 
 
 def describe(folder: Path) -> dict[str, Any]:
     """Paths the demo uses inside ``folder``."""
-    return {"config": folder / "data.toml", "state": folder / "state.json",
-            "resumed": folder / "resumed.json"}
+    return {
+        "config": folder / "data.toml",
+        "state": folder / "state.json",
+        "resumed": folder / "resumed.json",
+    }

@@ -29,11 +29,13 @@ def run(args: argparse.Namespace) -> int:
         return resume_segment(paths["config"], paths["state"], args.num_workers, paths["resumed"])
     if args.dir:
         Path(args.dir).mkdir(parents=True, exist_ok=True)
-        ok = run_demo(Path(args.dir), num_workers=args.num_workers,
-                      resume_workers=args.resume_workers)
+        ok = run_demo(
+            Path(args.dir), num_workers=args.num_workers, resume_workers=args.resume_workers
+        )
     else:
         with tempfile.TemporaryDirectory(prefix="streamload-demo-") as tmp:
-            ok = run_demo(Path(tmp), num_workers=args.num_workers,
-                          resume_workers=args.resume_workers)
+            ok = run_demo(
+                Path(tmp), num_workers=args.num_workers, resume_workers=args.resume_workers
+            )
     print("demo: exact resume OK" if ok else "demo: resume was NOT exact")
     return 0 if ok else 1

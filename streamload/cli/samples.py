@@ -3,7 +3,8 @@
 Lets anyone see what a training step contains without GPUs::
 
     streamload samples data.toml --start 0 --count 16 --out s.npy
-    streamload samples data.toml --start 0 --count 64 --rank 1 --world-size 4 --batch-size 2 --out r1.npy
+    streamload samples data.toml --start 0 --count 64 \
+        --rank 1 --world-size 4 --batch-size 2 --out r1.npy
 """
 
 from __future__ import annotations

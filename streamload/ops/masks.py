@@ -63,29 +63,46 @@ def starts_from_offsets(
 def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
     """Masks of a block of windows; masks ``labels`` (int64 ``[n, L]``) in place.
 
+    Documents are sparse (one start per hundreds of tokens), so the work is done on the list
+    of segments, and the dense outputs are written once each with ``np.repeat``.
+
     Returns:
         ``doc_ids`` and ``position_ids`` (int64 ``[n, L]``), ``cu_seqlens`` (int32
         ``[n, L+1]``), ``max_seqlen`` (int32 ``[n]``).
     """
     n, width = starts.shape
     length = width - 1
-    inner = starts[:, :length]
-    doc_ids = np.cumsum(inner, axis=1, dtype=np.int64)
-    positions = np.arange(length, dtype=np.int64)
-    last_start = np.maximum.accumulate(np.where(inner, positions, 0), axis=1)
-    position_ids = positions - last_start
-    labels[starts[:, 1:]] = IGNORE_INDEX
+    if not labels.flags.c_contiguous:
+        raise ValueError("labels must be C-contiguous: they are masked in place")
+    row, col = np.divmod(np.flatnonzero(starts), width)
+    labels.reshape(-1)[row * length + col - 1] = IGNORE_INDEX
+    inner = col < length
+    seg_start, seg_row, seg_doc, first = _segments(n, length, row[inner], col[inner])
+    seg_len = np.diff(np.append(seg_start, n * length))
+    flat = np.arange(n * length, dtype=np.int64)
+    flat -= np.repeat(seg_start, seg_len)
     cu_seqlens = np.full((n, width), length, dtype=np.int32)
-    cu_seqlens[:, 0] = 0
-    rows, cols = np.nonzero(inner)
-    if rows.size:
-        counts = np.bincount(rows, minlength=n)
-        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
-        cu_seqlens[rows, np.arange(rows.size) - first[rows] + 1] = cols
-    max_seqlen = np.diff(cu_seqlens, axis=1).max(axis=1).astype(np.int32)
+    cu_seqlens[seg_row, seg_doc] = seg_start - seg_row * length
     return {
-        "doc_ids": doc_ids,
-        "position_ids": position_ids,
+        "doc_ids": np.repeat(seg_doc, seg_len).reshape(n, length),
+        "position_ids": flat.reshape(n, length),
         "cu_seqlens": cu_seqlens,
-        "max_seqlen": max_seqlen,
+        "max_seqlen": np.maximum.reduceat(seg_len, first).astype(np.int32),
     }
+
+
+def _segments(
+    n: int, length: int, rows: np.ndarray, cols: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Segments of the flattened ``[n * length]`` inputs, in order.
+
+    Returns:
+        Flat start of each segment, its row, its document number inside the row, and the
+        index of each row's first segment.
+    """
+    seg_start = np.concatenate([np.arange(n, dtype=np.int64) * length, rows * length + cols])
+    seg_start.sort(kind="stable")
+    seg_row = seg_start // length
+    first = np.searchsorted(seg_row, np.arange(n))
+    seg_doc = np.arange(seg_start.size) - first[seg_row]
+    return seg_start, seg_row, seg_doc, first
