@@ -112,11 +112,19 @@ class SourceConfig:
         where = f"source {self.name!r}"
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"source name {self.name!r} must be a non-empty string")
-        paths = (self.path,) if isinstance(self.path, str) else self.path
+        if not isinstance(self.path, (str, list, tuple)):
+            raise ConfigError(f"{where}: path {self.path!r} must be a non-empty string or list")
+        paths = (self.path,) if isinstance(self.path, str) else tuple(self.path)
         if not paths or not all(isinstance(p, str) and p for p in paths):
             raise ConfigError(f"{where}: path {self.path!r} must be a non-empty string or list")
         if isinstance(self.path, list):
-            object.__setattr__(self, "path", tuple(self.path))
+            object.__setattr__(self, "path", paths)
+        if not isinstance(self.storage_options, dict) or not all(
+            isinstance(k, str) for k in self.storage_options
+        ):
+            raise ConfigError(
+                f"{where}: storage_options = {self.storage_options!r} must be a table of options"
+            )
         object.__setattr__(self, "format", _enum(ShardFormat, self.format, f"{where}: format"))
         if self.dtype != "auto" and self.dtype not in TOKEN_DTYPES:
             raise ConfigError(
@@ -244,8 +252,12 @@ class DataConfig:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON/TOML-safe mapping that ``from_dict`` turns back into an equal config."""
-        return _plain(dataclasses.asdict(self))
+        """A JSON/TOML-safe mapping that ``from_dict`` turns back into an equal config.
+
+        Fields that are ``None`` (unset options) are left out; values inside
+        ``storage_options`` are kept as they are.
+        """
+        return _plain(self)
 
     def to_json(self) -> str:
         """The config as indented JSON."""
@@ -283,12 +295,15 @@ def _resolve(path: Any, base_dir: str | None) -> Any:
 
 
 def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        return {name: _plain(v) for name, v in fields if v is not None}
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if v is not None}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return dict(value)
     return value
 
 

@@ -83,18 +83,25 @@ def list_source_files(source: SourceConfig) -> tuple[Any, list[ListedFile]]:
     return fs, files
 
 
+def _is_file(fs: Any, info: dict[str, Any]) -> bool:
+    # fsspec reports symlinks as type "other"/"link"; follow them.
+    kind = info.get("type")
+    return kind == "file" or (kind in ("other", "link") and fs.isfile(info["name"]))
+
+
 def _expand(fs: Any, entry: str) -> list[ListedFile]:
-    if any(c in entry for c in _GLOB_CHARS):
+    # An existing path wins over a glob reading, so a folder named "run[1]" works.
+    if any(c in entry for c in _GLOB_CHARS) and not fs.exists(entry):
         root = entry[: min(entry.find(c) for c in _GLOB_CHARS if c in entry)]
         root = root if root.endswith("/") else posixpath.dirname(root)
         infos = fs.glob(entry, detail=True).values()
-        files = [i for i in infos if i.get("type") == "file"]
+        files = [i for i in infos if _is_file(fs, i)]
     elif fs.isdir(entry):
         root = entry
         files = [
             i
             for i in fs.ls(entry, detail=True)
-            if i.get("type") == "file" and i["name"].endswith(TOKEN_SUFFIXES)
+            if i["name"].endswith(TOKEN_SUFFIXES) and _is_file(fs, i)
         ]
     elif fs.isfile(entry):
         info = fs.info(entry)

@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from torchdata.nodes import BaseNode, ParallelMapper, PinMemory, Prefetcher
+from torchdata.nodes import BaseNode, PinMemory
 
 from streamload.config import DataConfig, load_config
 from streamload.distributed import resolve_data_parallel
 from streamload.errors import ConfigError
 from streamload.nodes._map import MapStage
+from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.pack_masks import MaskPacker
 from streamload.nodes.plan_chunks import PlanChunks, RankSpec
 from streamload.nodes.read_windows import WindowReader
@@ -56,7 +57,7 @@ class LoaderOptions:
 
     Args:
         worker_type: Threads or processes for ``num_workers > 0``.
-        prefetch: Chunks kept ready beyond those in the workers (0: none).
+        prefetch: Chunks in flight beyond one per worker (0: each worker holds one).
         pin_memory: Pin batches (only when CUDA is available).
         chunk_batches: Batches per work unit; ``None`` picks about 16 MiB per chunk.
         multiprocessing_context: ``fork``, ``spawn`` or ``forkserver`` for process workers.
@@ -212,16 +213,14 @@ class StreamLoader:
         if self.num_workers == 0:
             node = MapStage(plan, work)
         else:
-            node = ParallelMapper(
+            node = MapWorkers(
                 plan,
                 work,
                 num_workers=self.num_workers,
-                in_order=True,
                 method=self.options.worker_type.value,
-                multiprocessing_context=self.options.multiprocessing_context,
+                max_inflight=self.num_workers + self.options.prefetch,
+                mp_context=self.options.multiprocessing_context,
             )
-            if self.options.prefetch:
-                node = Prefetcher(node, prefetch_factor=self.options.prefetch)
         node = SplitBatches(node)
         if self.options.pin_memory and torch.cuda.is_available():
             node = PinMemory(node)
@@ -234,16 +233,19 @@ class StreamLoader:
             _shutdown(chain)
 
 
-def _shutdown(node: Any) -> None:
-    """Stop the worker threads/processes of a chain (torchdata stops them on reset/GC)."""
-    seen = 0
-    while node is not None and seen < 16:
-        inner = getattr(node, "_it", None)
-        stop = getattr(inner, "_shutdown", None)
-        if callable(stop):
-            stop()
-        node = getattr(node, "source", None)
-        seen += 1
+def _shutdown(node: Any, depth: int = 0) -> None:
+    """Stop the worker threads/processes of a chain now, rather than at garbage collection.
+
+    torchdata keeps its workers in ``_it`` iterators (nested for ``ParallelMapper``); each has
+    ``_shutdown``. Stages link to their input through ``source``.
+    """
+    if node is None or depth > 32:
+        return
+    stop = getattr(node, "_shutdown", None)
+    if callable(stop):
+        stop()
+    _shutdown(getattr(node, "_it", None), depth + 1)
+    _shutdown(getattr(node, "source", None), depth + 1)
 
 
 def build_loader(

@@ -13,12 +13,28 @@ from typing import Any
 
 import numpy as np
 
+from streamload.errors import FormatError
 from streamload.formats.base import ShardInfo, TokenShard, open_shard
 
 __all__ = ["MAX_OPEN_SHARDS", "ShardSet"]
 
 MAX_OPEN_SHARDS = 256
 """Shards kept mapped per process; older ones are unmapped (each map holds a file handle)."""
+
+
+def _common_dtype(shards: tuple[ShardInfo, ...]) -> np.dtype:
+    """The narrowest integer dtype holding every shard's tokens (uint16 + uint32 → uint32)."""
+    dtypes = sorted({np.dtype(s.dtype).newbyteorder("=") for s in shards}, key=str)
+    common = np.result_type(*dtypes)
+    if common.kind not in "ui":
+        found = ", ".join(
+            f"{d.name} ({next(s.path for s in shards if np.dtype(s.dtype).newbyteorder('=') == d)})"
+            for d in dtypes
+        )
+        raise FormatError(
+            f"shards of one source hold token dtypes no integer dtype can hold together: {found}"
+        )
+    return common
 
 
 class ShardSet:
@@ -34,7 +50,7 @@ class ShardSet:
         self.shards = shards
         counts = np.array([s.num_tokens for s in shards], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.dtype = np.result_type(*[np.dtype(s.dtype).newbyteorder("=") for s in shards])
+        self.dtype = _common_dtype(shards)
         self._open: OrderedDict[int, TokenShard] = OrderedDict()
 
     def __getstate__(self) -> dict[str, Any]:

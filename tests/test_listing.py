@@ -1,0 +1,169 @@
+"""Shard listing: folder, glob and list rules, listing errors, and the data fingerprint."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamload.catalog import describe_source
+from streamload.config import SourceConfig
+from streamload.errors import ConfigError
+from streamload.listing import list_source_files
+
+
+def touch(path: Path, tokens: int = 4) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.arange(1, tokens + 1, dtype="<u2").tofile(path)
+    return path
+
+
+def listed(path: str | list[str]) -> list[tuple[str, str, int]]:
+    _, files = list_source_files(SourceConfig(name="web", path=path))
+    return [(f.path, f.relpath, f.size) for f in files]
+
+
+def test_folder_is_non_recursive_and_lexicographic(tmp_path: Path) -> None:
+    for name in ("tokenized_2.bin", "tokenized_10.bin", "tokenized_1.bin", "b.npy", "a.npy"):
+        touch(tmp_path / name)
+    touch(tmp_path / "sub" / "tokenized_0.bin")  # not listed: no recursion
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "metadata.yaml").write_text("tokenized_info: {dtype: uint16}\n")
+    (tmp_path / "shard.idx").write_bytes(b"\0" * 8)
+    got = listed(str(tmp_path))
+    assert [rel for _, rel, _ in got] == [
+        "a.npy",
+        "b.npy",
+        "tokenized_1.bin",
+        "tokenized_10.bin",  # lexicographic, not natural order (the KempnerForge rule)
+        "tokenized_2.bin",
+    ]
+    assert [p for p, _, _ in got] == [str(tmp_path / rel) for _, rel, _ in got]
+    assert {size for _, _, size in got} == {8}
+
+
+def test_folder_with_trailing_slash(tmp_path: Path) -> None:
+    touch(tmp_path / "x.bin")
+    assert listed(f"{tmp_path}/") == [(str(tmp_path / "x.bin"), "x.bin", 8)]
+
+
+def test_symlinked_shards_are_listed(tmp_path: Path) -> None:
+    """Corpora assembled from symlinks list like real files, in folders and globs alike."""
+    for name in ("b.bin", "a.bin"):
+        touch(tmp_path / "real" / name)
+        (tmp_path / "links").mkdir(exist_ok=True)
+        (tmp_path / "links" / name).symlink_to(tmp_path / "real" / name)
+    expected = [(str(tmp_path / "links" / n), n, 8) for n in ("a.bin", "b.bin")]
+    assert listed(f"{tmp_path}/links/*.bin") == expected
+    assert listed(str(tmp_path / "links")) == expected
+
+
+def test_glob_sorts_by_full_path(tmp_path: Path) -> None:
+    for rel in ("b/part-1.npy", "a/part-2.npy", "a/part-10.npy", "a/skip.bin", "c/part-0.txt"):
+        touch(tmp_path / rel)
+    got = listed(f"{tmp_path}/*/part-*")
+    assert [rel for _, rel, _ in got] == [
+        "a/part-10.npy",
+        "a/part-2.npy",
+        "b/part-1.npy",
+        "c/part-0.txt",  # a glob takes what it matches: the user chose the pattern
+    ]
+
+
+def test_glob_matching_nothing(tmp_path: Path) -> None:
+    touch(tmp_path / "a.bin")
+    with pytest.raises(ConfigError, match=rf"source 'web': '{tmp_path}/\*\.npy' holds no token"):
+        listed(f"{tmp_path}/*.npy")
+
+
+def test_explicit_list_keeps_its_order(tmp_path: Path) -> None:
+    for name in ("a.bin", "b.bin", "c.bin"):
+        touch(tmp_path / "d" / name)
+    touch(tmp_path / "z" / "y.bin")
+    touch(tmp_path / "z" / "x.bin")
+    got = listed([str(tmp_path / "d" / "c.bin"), str(tmp_path / "z"), str(tmp_path / "d/a.bin")])
+    assert [p for p, _, _ in got] == [
+        str(tmp_path / "d" / "c.bin"),
+        str(tmp_path / "z" / "x.bin"),  # a folder entry is sorted inside itself
+        str(tmp_path / "z" / "y.bin"),
+        str(tmp_path / "d" / "a.bin"),
+    ]
+    assert [rel for _, rel, _ in got] == ["c.bin", "x.bin", "y.bin", "a.bin"]
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        ["f/a.bin", "f/a.bin"],
+        ["f", "f/a.bin"],  # the folder already lists it
+        ["f/*.bin", "f/b.bin"],
+        ["f", "f/"],
+    ],
+)
+def test_duplicates_are_refused(tmp_path: Path, entries: list[str]) -> None:
+    touch(tmp_path / "f" / "a.bin")
+    touch(tmp_path / "f" / "b.bin")
+    with pytest.raises(ConfigError, match=rf"source 'web': {tmp_path}/f/\w\.bin is listed twice"):
+        listed([str(tmp_path / e) for e in entries])
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(ConfigError, match=rf"{missing}: no such file or folder"):
+        listed(str(missing))
+    touch(tmp_path / "a.bin")
+    with pytest.raises(ConfigError, match=rf"{missing}\.bin: no such file or folder"):
+        listed([str(tmp_path / "a.bin"), f"{missing}.bin"])
+
+
+def test_empty_folder(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"source 'web': '{tmp_path}' holds no token files"):
+        listed(str(tmp_path))
+    (tmp_path / "readme.txt").write_text("no shards here")
+    touch(tmp_path / "sub" / "a.bin")
+    with pytest.raises(ConfigError, match=rf"'{tmp_path}' holds no token files .*\.npy.*\.bin"):
+        listed(str(tmp_path))
+
+
+def fingerprint(path: Path | str, dtype: str = "auto") -> str:
+    return describe_source(SourceConfig(name="web", path=str(path), dtype=dtype)).fingerprint()
+
+
+def test_fingerprint_survives_moving_and_copying(make_corpus: Callable, tmp_path: Path) -> None:
+    corpus = make_corpus([50, 60, 70])
+    before = fingerprint(corpus.folder)
+    copied = tmp_path / "mirror" / "deeper" / "copy"
+    shutil.copytree(corpus.folder, copied)
+    assert fingerprint(copied) == before
+    moved = tmp_path / "moved"
+    shutil.move(str(copied), moved)
+    assert fingerprint(moved) == before
+    assert fingerprint(f"{moved}/*.npy") == before  # a glob of the same folder
+    assert fingerprint(f"{moved}/") == before
+
+
+def test_fingerprint_changes_with_the_data(make_corpus: Callable) -> None:
+    corpus = make_corpus([50, 60, 70], fmt="raw")
+    before = fingerprint(corpus.folder, "uint16")
+    assert fingerprint(corpus.folder, "uint16") == before  # stable
+    with open(corpus.paths[1], "ab") as fh:
+        fh.write(np.array([5, 6], dtype="<u2").tobytes())
+    grown = fingerprint(corpus.folder, "uint16")
+    assert grown != before
+    corpus.paths[1].write_bytes(corpus.paths[1].read_bytes()[:-8])  # shrink below the original
+    assert fingerprint(corpus.folder, "uint16") not in (before, grown)
+
+
+def test_fingerprint_changes_with_names_order_and_dtype(make_corpus: Callable) -> None:
+    corpus = make_corpus([50, 60], fmt="raw")
+    before = fingerprint(corpus.folder, "uint16")
+    assert fingerprint(corpus.folder, "uint8") != before  # same bytes, other tokens
+    reordered = describe_source(
+        SourceConfig(name="web", path=[str(p) for p in reversed(corpus.paths)], dtype="uint16")
+    ).fingerprint()
+    assert reordered != before
+    corpus.paths[0].rename(corpus.folder / "shard_00009.bin")
+    assert fingerprint(corpus.folder, "uint16") != before
