@@ -13,9 +13,9 @@ import posixpath
 from dataclasses import dataclass
 
 from streamload.config import SourceConfig
-from streamload.formats.base import ShardInfo
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
 from streamload.formats.sniff import describe_shard, folder_dtype
-from streamload.listing import list_source_files
+from streamload.listing import list_source_files, sibling_names
 
 __all__ = ["SourceCatalog", "describe_source"]
 
@@ -40,7 +40,7 @@ class SourceCatalog:
         return digest.hexdigest()
 
 
-def describe_source(source: SourceConfig) -> SourceCatalog:
+def describe_source(source: SourceConfig, vocab_size: int | None = None) -> SourceCatalog:
     """List a source and read each shard's header.
 
     Raises:
@@ -49,13 +49,16 @@ def describe_source(source: SourceConfig) -> SourceCatalog:
     """
     fs, files = list_source_files(source)
     meta: dict[str, str | None] = {}
+    siblings: dict[str, frozenset[str]] = {}
     shards = []
     for f in files:
-        meta_dtype = folder_dtype(fs, posixpath.dirname(f.path), meta)
-        url = _url(fs, f.path)
-        shards.append(
-            describe_shard(fs, url, f.relpath, f.size, source.format, source.dtype, meta_dtype)
+        folder = posixpath.dirname(f.path)
+        options = ReadOptions(
+            dtype=source.dtype, meta_dtype=folder_dtype(fs, folder, meta), vocab_size=vocab_size
         )
+        listed = ListedFile(_url(fs, f.path), f.relpath, f.size)
+        names = sibling_names(fs, folder, siblings)
+        shards.append(describe_shard(fs, listed, source.format.value, options, names))
     return SourceCatalog(source, tuple(shards))
 
 

@@ -62,6 +62,14 @@ class ShardFormat(str, enum.Enum):
     """A real NumPy ``.npy`` file (``\\x93NUMPY`` magic); dtype from its header."""
     RAW = "raw"
     """Headerless flat tokens (tatm/KempnerForge ``.bin``, Dolma-style ``.npy``); needs a dtype."""
+    MEGATRON = "megatron"
+    """Megatron-LM / Megatron-Core ``.bin`` + ``.idx`` (MMIDIDX)."""
+    MODALITIES = "modalities"
+    """Modalities packed ``.pbin``."""
+    DOLMA = "dolma"
+    """Dolma ``part-*.npy`` (headerless) + ``.csv.gz`` document metadata."""
+    DATATROVE = "datatrove"
+    """datatrove / nanotron ``.ds`` + ``.ds.index`` + ``.ds.metadata``."""
 
 
 def _enum(kind: type[enum.Enum], value: Any, field_name: str) -> Any:

@@ -25,7 +25,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from streamload.errors import StateError
 from streamload.nodes.pack_masks import MaskPacker
 from streamload.nodes.plan_chunks import RankSpec
-from streamload.nodes.types import ChunkPlan, TokenChunk
+from streamload.nodes.read_windows import WindowReader
+from streamload.nodes.types import ChunkPlan
 from streamload.plan.partition import batch_sample_ids, num_batches
 from streamload.state import check_fingerprint
 from streamload.stream import SampleStream
@@ -54,6 +55,7 @@ class StreamDataset(IterableDataset[Batch]):
         self.stream = stream
         self.rank = rank
         cfg = stream.config
+        self._reader = WindowReader(stream, documents=cfg.packing.masks)
         self._packer = MaskPacker(cfg.packing.masks, cfg.eos_token_id)
         self._pass = 0
         self._batch: int | None = None  # None: not started; the first iter starts at the worker id
@@ -77,8 +79,7 @@ class StreamDataset(IterableDataset[Batch]):
         spec = self.rank
         ids = batch_sample_ids(0, np.array([index]), spec.global_batch, spec.world_size, spec.rank)
         plan = ChunkPlan(self._pass, ids)
-        tokens, starts = self.stream.read(self._pass, ids)
-        chunk = self._packer(TokenChunk(plan, tokens, starts))
+        chunk = self._packer(self._reader(plan))
         return {key: value[0] for key, value in chunk.items()}
 
     def state_dict(self) -> dict[str, Any]:

@@ -10,29 +10,21 @@ itself. Only listing and header bytes are read here, never token data.
 from __future__ import annotations
 
 import posixpath
-from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError
+from streamload.formats.base import ListedFile
 
-__all__ = ["TOKEN_SUFFIXES", "ListedFile", "list_source_files", "source_filesystem"]
+__all__ = ["TOKEN_SUFFIXES", "list_source_files", "sibling_names", "source_filesystem"]
 
-TOKEN_SUFFIXES = (".npy", ".bin")
-"""Suffixes a folder listing treats as token shards."""
+TOKEN_SUFFIXES = (".npy", ".bin", ".pbin", ".ds")
+"""Suffixes a folder listing treats as token files (companions such as ``.idx``,
+``.csv.gz``, ``.ds.index`` or ``metadata.yaml`` are read with them, not listed)."""
 
 _GLOB_CHARS = "*?["
-
-
-@dataclass(frozen=True)
-class ListedFile:
-    """One listed file: its full path (as ``fs`` names it), path under the root, and size."""
-
-    path: str
-    relpath: str
-    size: int
 
 
 def source_filesystem(source: SourceConfig) -> tuple[Any, list[str]]:
@@ -104,12 +96,25 @@ def _expand(fs: Any, entry: str) -> list[ListedFile]:
             if i["name"].endswith(TOKEN_SUFFIXES) and _is_file(fs, i)
         ]
     elif fs.isfile(entry):
-        info = fs.info(entry)
-        return [ListedFile(info["name"], posixpath.basename(info["name"]), int(info["size"]))]
+        return [_single(fs, entry)]
+    elif fs.isfile(entry + ".bin"):  # a Megatron path prefix: data/web_text_document
+        return [_single(fs, entry + ".bin")]
     else:
         raise ConfigError(f"{entry}: no such file or folder")
     listed = [ListedFile(i["name"], _relative(i["name"], root), int(i["size"])) for i in files]
     return sorted(listed, key=lambda f: f.path)
+
+
+def _single(fs: Any, path: str) -> ListedFile:
+    info = fs.info(path)
+    return ListedFile(info["name"], posixpath.basename(info["name"]), int(info["size"]))
+
+
+def sibling_names(fs: Any, folder: str, cache: dict[str, frozenset[str]]) -> frozenset[str]:
+    """Names of the files in ``folder`` (one listing per folder, cached)."""
+    if folder not in cache:
+        cache[folder] = frozenset(posixpath.basename(p) for p in fs.ls(folder, detail=False))
+    return cache[folder]
 
 
 def _relative(name: str, root: str) -> str:

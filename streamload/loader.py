@@ -207,7 +207,8 @@ class StreamLoader:
             self.stream.pass_length, self.rank, self._chunk_batches(), (self._pass, self._sample)
         )
         work = _Materialize(
-            WindowReader(self.stream), MaskPacker(cfg.packing.masks, cfg.eos_token_id)
+            WindowReader(self.stream, documents=cfg.packing.masks),
+            MaskPacker(cfg.packing.masks, cfg.eos_token_id),
         )
         node: BaseNode[Any]
         if self.num_workers == 0:

@@ -13,6 +13,7 @@ import numpy as np
 from streamload.catalog import SourceCatalog, describe_source
 from streamload.config import DataConfig
 from streamload.errors import ConfigError, FormatError
+from streamload.formats.registry import get_format
 from streamload.ops.gather import ShardSet
 from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
@@ -57,7 +58,7 @@ class SampleStream:
     @classmethod
     def from_config(cls, config: DataConfig) -> SampleStream:
         """Describe every source (listing and headers only) and build the stream."""
-        return cls(config, tuple(describe_source(s) for s in config.sources))
+        return cls(config, tuple(describe_source(s, config.vocab_size) for s in config.sources))
 
     @property
     def pass_length(self) -> int:
@@ -76,6 +77,19 @@ class SampleStream:
         if flat.size and (flat.min() < 0 or flat.max() >= self.pass_length):
             raise IndexError(f"sample index out of range [0, {self.pass_length})")
         return self.layout.starts(self.plan.window_ids(pass_index, flat)).reshape(ids.shape)
+
+    @property
+    def has_documents(self) -> bool:
+        """Whether the shards' format records document boundaries (else EOS finds them)."""
+        return all(get_format(s.format).has_documents for s in self.catalog.shards)
+
+    def document_starts(self, starts: np.ndarray) -> np.ndarray:
+        """Document starts ``[n, seq_len + 1]`` of windows at stream offsets ``starts``.
+
+        From the format's document index when it has one, else after each ``eos_token_id``
+        (which then needs the tokens: use :func:`streamload.ops.masks.starts_from_eos`).
+        """
+        return self.shards.document_starts(starts, self.seq_len + 1)
 
     def read(self, pass_index: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens ``[n, seq_len + 1]`` (file dtype) and window stream offsets ``[n]``.
@@ -149,7 +163,7 @@ class SampleStream:
                 f"source {name!r}: eos_token_id = {cfg.eos_token_id} cannot occur in "
                 f"{self.shards.dtype} tokens (max {top}) of {first}"
             )
-        if cfg.packing.masks and cfg.eos_token_id is None:
+        if cfg.packing.masks and cfg.eos_token_id is None and not self.has_documents:
             raise ConfigError(
                 f"source {name!r}: packing.masks = true, but its format has no document index; "
                 "set eos_token_id so documents can be found"

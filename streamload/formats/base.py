@@ -1,29 +1,69 @@
-"""The shard protocol every format implements, and the picklable shard descriptor.
+"""The protocol every format implements, and the picklable shard descriptor.
 
-A :class:`ShardInfo` is what start-up learns about a shard from its listing entry and header:
-path, size, dtype, where the tokens start and how many there are. It holds no open file, so
-it pickles cheaply into worker processes, where :func:`open_shard` maps it lazily.
+A format is an object with a ``name`` and three methods (:class:`ShardFormatSpec`):
+
+* ``sniff(path, head, siblings)`` — does this file belong to the format? ``head`` is the first
+  ``SNIFF_BYTES`` bytes; ``siblings`` the names of the files in the same folder (to see
+  companions such as ``X.idx`` beside ``X.bin``);
+* ``describe(fs, file, options)`` — read the header (and small index facts) and return a
+  :class:`ShardInfo`; never token data; raise :class:`FormatError` on any inconsistency;
+* ``open(info)`` — a :class:`TokenShard`: zero-copy token slices and document boundaries.
+
+A :class:`ShardInfo` holds no open file, so it pickles cheaply into worker processes, where
+:func:`open_shard` maps it lazily through the registry.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
 from streamload.errors import FormatError
 
 __all__ = [
+    "SNIFF_BYTES",
+    "DocumentWriter",
+    "ListedFile",
     "MemmapShard",
+    "ReadOptions",
+    "ShardFormatSpec",
     "ShardInfo",
     "TokenShard",
+    "check_size_unchanged",
     "check_token_dtype",
     "local_path",
-    "open_shard",
 ]
+
+SNIFF_BYTES = 16
+"""Bytes of each file read to recognise its format."""
+
+
+@dataclass(frozen=True)
+class ListedFile:
+    """One listed file: full path (as its file system names it), path under the root, size."""
+
+    path: str
+    relpath: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What the config says about a source's files.
+
+    Args:
+        dtype: Configured token dtype or ``"auto"``.
+        meta_dtype: dtype declared by a tatm ``metadata.yaml`` beside the file, if any.
+        vocab_size: Configured vocabulary size (formats may use it to pick a width).
+    """
+
+    dtype: str = "auto"
+    meta_dtype: str | None = None
+    vocab_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -31,14 +71,17 @@ class ShardInfo:
     """What is known about one shard without reading its tokens.
 
     Args:
-        path: Full path or URL.
+        path: Full path or URL of the token file.
         relpath: Path relative to its source root (what the data fingerprint uses, so a
             corpus may move between folders or buckets).
-        size: File size in bytes.
-        format: Resolved format name (``npy``, ``raw``...).
+        size: Token file size in bytes.
+        format: Format name (a key of the registry).
         dtype: Token dtype as a numpy dtype string (byte order included, e.g. ``<u2``).
-        offset: Byte offset of the first token.
+        offset: Byte offset of the first token in the token file.
         num_tokens: Token count.
+        index_path: Companion index file (Megatron ``.idx``, Dolma ``.csv.gz``...), if any.
+        meta: Small format-specific header facts (ints and strings), e.g. Megatron's
+            sequence and document counts.
     """
 
     path: str
@@ -48,10 +91,12 @@ class ShardInfo:
     dtype: str
     offset: int
     num_tokens: int
+    index_path: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
 class TokenShard(Protocol):
-    """An opened shard: a zero-copy view of its tokens."""
+    """An opened shard: zero-copy tokens and, where the format records them, documents."""
 
     info: ShardInfo
 
@@ -59,9 +104,57 @@ class TokenShard(Protocol):
         """Tokens ``[start, stop)`` as a zero-copy array (a memmap view for local files)."""
         ...
 
-    def document_starts(self) -> np.ndarray | None:
-        """Sorted token offsets where documents start, or ``None`` if the format has no index."""
+    def document_bounds(self) -> np.ndarray | None:
+        """Document ``i`` is tokens ``[b[i], b[i+1])``; int64, ``num_documents + 1`` long,
+        non-decreasing (empty documents repeat a value). ``None`` if the format has no index.
+        """
         ...
+
+
+class ShardFormatSpec(Protocol):
+    """A readable format (see the module docstring).
+
+    Attributes:
+        name: Registry key and ``format =`` value.
+        has_documents: Whether shards record document boundaries (an index); formats without
+            one find documents by ``eos_token_id``.
+    """
+
+    name: str
+    has_documents: bool
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        """Whether ``path`` belongs to this format."""
+        ...
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        """Describe one shard from its header; raise ``FormatError`` when inconsistent."""
+        ...
+
+    def open(self, info: ShardInfo) -> TokenShard:
+        """Open a described shard."""
+        ...
+
+
+class DocumentWriter(Protocol):
+    """Streams documents into one output of a format (bounded memory).
+
+    Output goes to temporary names and is renamed into place by ``close()``, so an interrupted
+    write never leaves files that look complete. Use as a context manager: an exception inside
+    the block discards the output.
+    """
+
+    def add_document(self, tokens: np.ndarray) -> None:
+        """Append one document (1-D integer tokens, possibly empty where the format allows)."""
+        ...
+
+    def close(self) -> None:
+        """Finish the output and move it into place."""
+        ...
+
+    def __enter__(self) -> DocumentWriter: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 def check_token_dtype(dtype: np.dtype, path: str) -> np.dtype:
@@ -71,26 +164,6 @@ def check_token_dtype(dtype: np.dtype, path: str) -> np.dtype:
     return dtype
 
 
-class MemmapShard:
-    """A local shard mapped with ``numpy.memmap``: slicing is zero-copy."""
-
-    def __init__(self, info: ShardInfo) -> None:
-        self.info = info
-        self._array = np.memmap(
-            info.path,
-            dtype=np.dtype(info.dtype),
-            mode="r",
-            offset=info.offset,
-            shape=(info.num_tokens,),
-        )
-
-    def tokens(self, start: int, stop: int) -> np.ndarray:
-        return self._array[start:stop]
-
-    def document_starts(self) -> np.ndarray | None:
-        return None
-
-
 def local_path(path: str) -> str | None:
     """The local file system path of ``path``, or ``None`` when it is a remote URL."""
     if path.startswith("file://"):
@@ -98,25 +171,54 @@ def local_path(path: str) -> str | None:
     return None if "://" in path else path
 
 
-def open_shard(info: ShardInfo) -> TokenShard:
-    """Open a described shard for reading.
+def check_size_unchanged(path: str, expected: int) -> str:
+    """The local path of ``path`` after checking its size is still ``expected`` bytes.
 
     Raises:
-        FormatError: the file is remote (not readable yet), missing, or changed size since it
-            was described.
+        FormatError: remote (not readable here yet), missing, or resized since start-up.
     """
-    local = local_path(info.path)
+    local = local_path(path)
     if local is None:
-        raise FormatError(
-            f"{info.path}: reading token data from remote storage is not supported yet"
-        )
+        raise FormatError(f"{path}: reading token data from remote storage is not supported yet")
     try:
         size = os.path.getsize(local)
     except OSError as exc:
-        raise FormatError(f"{info.path}: cannot open shard: {exc}") from exc
-    if size != info.size:
+        raise FormatError(f"{path}: cannot open: {exc}") from exc
+    if size != expected:
         raise FormatError(
-            f"{info.path}: file is {size} bytes but was {info.size} bytes at start-up; "
-            "the shard changed while the loader was running"
+            f"{path}: file is {size} bytes but was {expected} bytes at start-up; "
+            "it changed while the loader was running"
         )
-    return MemmapShard(dataclasses.replace(info, path=local))
+    return local
+
+
+class MemmapShard:
+    """A local flat token file mapped with ``numpy.memmap``; slicing is zero-copy.
+
+    Args:
+        info: The shard.
+        bounds: Document bounds, if the format has them (see :meth:`document_bounds`).
+    """
+
+    def __init__(self, info: ShardInfo, bounds: np.ndarray | None = None) -> None:
+        self.info = info
+        local = check_size_unchanged(info.path, info.size)
+        self._array = np.memmap(
+            local,
+            dtype=np.dtype(info.dtype),
+            mode="r",
+            offset=info.offset,
+            shape=(info.num_tokens,),
+        )
+        self._bounds = bounds
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        return self._array[start:stop]
+
+    def document_bounds(self) -> np.ndarray | None:
+        return self._bounds
+
+
+def replace_path(info: ShardInfo, path: str) -> ShardInfo:
+    """A copy of ``info`` with another path."""
+    return dataclasses.replace(info, path=path)

@@ -6,15 +6,22 @@ truncated or padded file is refused rather than misread.
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.lib import format as npformat
 
 from streamload.errors import FormatError
-from streamload.formats.base import ShardInfo, check_token_dtype
+from streamload.formats.base import (
+    ListedFile,
+    MemmapShard,
+    ReadOptions,
+    ShardInfo,
+    TokenShard,
+    check_token_dtype,
+)
 
-__all__ = ["NPY_MAGIC", "describe_npy"]
+__all__ = ["FORMAT", "NPY_MAGIC", "NpyFormat", "describe_npy", "write_npy"]
 
 NPY_MAGIC = b"\x93NUMPY"
 
@@ -69,3 +76,37 @@ def describe_npy(fh: BinaryIO, path: str, relpath: str, size: int, dtype: str) -
             f"the header) but the file is {size} bytes; the file is {state}"
         )
     return ShardInfo(path, relpath, size, "npy", np_dtype.str, offset, count)
+
+
+def write_npy(path: str, tokens: np.ndarray) -> None:
+    """Write a 1-D token array as an NPY shard, atomically (temporary name, then rename)."""
+    from streamload.formats._atomic import atomic_output
+
+    with atomic_output(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, np.ascontiguousarray(tokens).reshape(-1))
+
+
+class NpyFormat:
+    """Files that start with the ``\\x93NUMPY`` magic."""
+
+    name = "npy"
+    has_documents = False
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        return head.startswith(NPY_MAGIC)
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        with fs.open(file.path, "rb") as fh:
+            if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
+                raise FormatError(
+                    f"{file.path}: format = 'npy' but the file has no NPY magic (\\x93NUMPY); "
+                    "it is a headerless dump: use format = 'raw' with a dtype"
+                )
+            fh.seek(0)
+            return describe_npy(fh, file.path, file.relpath, file.size, options.dtype)
+
+    def open(self, info: ShardInfo) -> TokenShard:
+        return MemmapShard(info)
+
+
+FORMAT = NpyFormat()

@@ -7,12 +7,23 @@ The width is not stored in the file, so it comes from the config or from a tatm
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats.base import ShardInfo, check_token_dtype
+from streamload.formats.base import (
+    ListedFile,
+    MemmapShard,
+    ReadOptions,
+    ShardInfo,
+    TokenShard,
+    check_token_dtype,
+)
 
-__all__ = ["describe_raw", "tatm_dtype"]
+__all__ = ["FORMAT", "TATM_METADATA", "RawFormat", "describe_raw", "raw_dtype", "tatm_dtype"]
+
+TATM_METADATA = "metadata.yaml"
 
 
 def tatm_dtype(metadata_text: str, metadata_path: str) -> str | None:
@@ -35,6 +46,17 @@ def tatm_dtype(metadata_text: str, metadata_path: str) -> str | None:
         ) from None
 
 
+def raw_dtype(path: str, options: ReadOptions) -> str:
+    """The dtype of a headerless file: the config's, else tatm metadata's; they must agree."""
+    dtype, meta = options.dtype, options.meta_dtype
+    if dtype != "auto" and meta is not None and dtype != meta:
+        raise FormatError(
+            f"{path}: the config says dtype = {dtype!r} but {TATM_METADATA} beside it says "
+            f"{meta!r}; one of them is wrong"
+        )
+    return meta if dtype == "auto" and meta is not None else dtype
+
+
 def describe_raw(path: str, relpath: str, size: int, dtype: str, why: str = "") -> ShardInfo:
     """Describe a raw shard of ``size`` bytes holding tokens of ``dtype``.
 
@@ -53,3 +75,28 @@ def describe_raw(path: str, relpath: str, size: int, dtype: str, why: str = "") 
             f"{np_dtype.itemsize}; the dtype is wrong or the file is truncated"
         )
     return ShardInfo(path, relpath, size, "raw", np_dtype.str, 0, size // np_dtype.itemsize)
+
+
+class RawFormat:
+    """Flat little-endian tokens with no header (the fallback of ``format = "auto"``)."""
+
+    name = "raw"
+    has_documents = False
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        return True
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        why = (
+            "a .npy file without the \\x93NUMPY magic (a headerless raw dump, e.g. Dolma)"
+            if file.path.endswith(".npy")
+            else "a headerless token file"
+        )
+        dtype = raw_dtype(file.path, options)
+        return describe_raw(file.path, file.relpath, file.size, dtype, why)
+
+    def open(self, info: ShardInfo) -> TokenShard:
+        return MemmapShard(info)
+
+
+FORMAT = RawFormat()

@@ -1,25 +1,16 @@
-"""Decide each file's format from its magic bytes and companions, then describe it.
-
-| evidence | format |
-|---|---|
-| starts with ``\\x93NUMPY`` | ``npy`` (dtype from the header) |
-| anything else (``.bin``, headerless ``.npy``) | ``raw`` (dtype from config or tatm metadata) |
-"""
+"""Describe a listed file: pick its format (configured, or sniffed), read its header."""
 
 from __future__ import annotations
 
 import posixpath
 from typing import Any
 
-from streamload.config import ShardFormat
 from streamload.errors import FormatError
-from streamload.formats.base import ShardInfo
-from streamload.formats.npy import NPY_MAGIC, describe_npy
-from streamload.formats.raw import describe_raw, tatm_dtype
+from streamload.formats.base import SNIFF_BYTES, ListedFile, ReadOptions, ShardInfo
+from streamload.formats.raw import TATM_METADATA, tatm_dtype
+from streamload.formats.registry import get_format, sniff_format
 
-__all__ = ["TATM_METADATA", "describe_shard", "folder_dtype"]
-
-TATM_METADATA = "metadata.yaml"
+__all__ = ["describe_shard", "folder_dtype"]
 
 
 def folder_dtype(fs: Any, folder: str, cache: dict[str, str | None]) -> str | None:
@@ -34,60 +25,29 @@ def folder_dtype(fs: Any, folder: str, cache: dict[str, str | None]) -> str | No
 
 
 def describe_shard(
-    fs: Any,
-    path: str,
-    relpath: str,
-    size: int,
-    fmt: ShardFormat,
-    dtype: str,
-    meta_dtype: str | None,
+    fs: Any, file: ListedFile, fmt: str, options: ReadOptions, siblings: frozenset[str]
 ) -> ShardInfo:
-    """Read the header of one shard and describe it.
+    """Describe one file.
 
     Args:
-        fs: fsspec file system holding ``path``.
-        path: Full path (as the file system names it) or URL.
-        relpath: Path relative to the source root.
-        size: Size in bytes, from the listing.
-        fmt: Configured format (``auto`` sniffs).
-        dtype: Configured dtype (``auto`` if not configured).
-        meta_dtype: dtype from a tatm ``metadata.yaml`` beside the file, if any.
+        fs: fsspec file system holding the file.
+        file: The listed file.
+        fmt: Configured format name, or ``"auto"`` to sniff.
+        options: dtype and vocabulary facts from the config.
+        siblings: Names of the files in the same folder.
 
     Raises:
-        FormatError: empty file, unreadable header, or conflicting dtypes.
+        FormatError: empty, unreadable, inconsistent, or of an unknown width.
     """
-    if size == 0:
-        raise FormatError(f"{path}: shard is empty (0 bytes); remove it or regenerate it")
-    with fs.open(path, "rb") as fh:
-        head = fh.read(len(NPY_MAGIC))
-        fh.seek(0)
-        is_npy = head == NPY_MAGIC
-        if fmt is ShardFormat.NPY and not is_npy:
-            raise FormatError(
-                f"{path}: format = 'npy' but the file has no NPY magic (\\x93NUMPY); it is a "
-                "headerless dump: use format = 'raw' with a dtype"
-            )
-        if is_npy and fmt is not ShardFormat.RAW:
-            info = describe_npy(fh, path, relpath, size, dtype)
-        else:
-            info = describe_raw(
-                path, relpath, size, _raw_dtype(path, dtype, meta_dtype), _why(path)
-            )
+    if file.size == 0:
+        raise FormatError(f"{file.path}: shard is empty (0 bytes); remove it or regenerate it")
+    if fmt == "auto":
+        with fs.open(file.path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+        spec = sniff_format(file.path, head, siblings)
+    else:
+        spec = get_format(fmt)
+    info = spec.describe(fs, file, options)
     if info.num_tokens == 0:
-        raise FormatError(f"{path}: shard holds 0 tokens; remove it or regenerate it")
+        raise FormatError(f"{file.path}: shard holds 0 tokens; remove it or regenerate it")
     return info
-
-
-def _raw_dtype(path: str, dtype: str, meta_dtype: str | None) -> str:
-    if dtype != "auto" and meta_dtype is not None and dtype != meta_dtype:
-        raise FormatError(
-            f"{path}: the config says dtype = {dtype!r} but {TATM_METADATA} beside it says "
-            f"{meta_dtype!r}; one of them is wrong"
-        )
-    return meta_dtype if dtype == "auto" and meta_dtype is not None else dtype
-
-
-def _why(path: str) -> str:
-    if path.endswith(".npy"):
-        return "a .npy file without the \\x93NUMPY magic (a headerless raw dump, e.g. Dolma)"
-    return "a headerless token file"

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
+from streamload.errors import ConfigError
 from streamload.nodes._map import MapStage
 from streamload.nodes.types import TokenChunk
 from streamload.ops.masks import packing_fields, starts_from_eos
@@ -22,12 +23,10 @@ class MaskPacker:
 
     Args:
         masks: Whether to add packing masks.
-        eos_token_id: EOS id that ends documents (required with masks).
+        eos_token_id: EOS id that ends documents, where chunks carry no document starts.
     """
 
     def __init__(self, masks: bool, eos_token_id: int | None) -> None:
-        if masks and eos_token_id is None:
-            raise ValueError("packing masks need an eos_token_id")
         self.masks = masks
         self.eos_token_id = eos_token_id
 
@@ -39,7 +38,11 @@ class MaskPacker:
             "labels": tokens[:, 1:].astype(np.int64),
         }
         if self.masks:
-            starts = starts_from_eos(tokens, int(self.eos_token_id))  # type: ignore[arg-type]
+            starts = chunk.doc_starts
+            if starts is None:
+                if self.eos_token_id is None:
+                    raise ConfigError("packing masks need eos_token_id or a document index")
+                starts = starts_from_eos(tokens, self.eos_token_id)
             arrays.update(packing_fields(starts, arrays["labels"]))
         out = {
             key: torch.from_numpy(value.reshape(batches, batch_size, *value.shape[1:]))

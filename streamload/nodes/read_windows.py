@@ -12,14 +12,21 @@ __all__ = ["ReadWindows", "WindowReader"]
 
 
 class WindowReader:
-    """Picklable map ``ChunkPlan → TokenChunk`` (the stream's shards open lazily per process)."""
+    """Picklable map ``ChunkPlan → TokenChunk`` (the stream's shards open lazily per process).
 
-    def __init__(self, stream: SampleStream) -> None:
+    Args:
+        stream: The sample stream.
+        documents: Also read document starts from the format's index (for packing masks).
+    """
+
+    def __init__(self, stream: SampleStream, documents: bool = False) -> None:
         self.stream = stream
+        self.documents = documents and stream.has_documents
 
     def __call__(self, plan: ChunkPlan) -> TokenChunk:
         tokens, starts = self.stream.read(plan.pass_index, plan.sample_ids)
-        return TokenChunk(plan, tokens, starts)
+        doc_starts = self.stream.document_starts(starts) if self.documents else None
+        return TokenChunk(plan, tokens, starts, doc_starts)
 
 
 class ReadWindows(MapStage[ChunkPlan, TokenChunk]):
@@ -29,5 +36,7 @@ class ReadWindows(MapStage[ChunkPlan, TokenChunk]):
         The source's state (this stage holds nothing).
     """
 
-    def __init__(self, source: BaseNode[ChunkPlan], stream: SampleStream) -> None:
-        super().__init__(source, WindowReader(stream))
+    def __init__(
+        self, source: BaseNode[ChunkPlan], stream: SampleStream, documents: bool = False
+    ) -> None:
+        super().__init__(source, WindowReader(stream, documents))

@@ -30,8 +30,11 @@ class TokenChunk:
         plan: The chunk plan.
         tokens: ``[batches * batch_size, seq_len + 1]`` in the file dtype.
         starts: Stream offset of each window, int64 ``[batches * batch_size]``.
+        doc_starts: Document starts ``[batches * batch_size, seq_len + 1]`` from the format's
+            index, or ``None`` (then EOS tokens mark documents).
     """
 
     plan: ChunkPlan
     tokens: np.ndarray
     starts: np.ndarray
+    doc_starts: np.ndarray | None = None

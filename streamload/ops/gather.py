@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats.base import ShardInfo, TokenShard, open_shard
+from streamload.formats.base import ShardInfo, TokenShard
+from streamload.formats.registry import open_shard
+from streamload.ops.masks import starts_from_offsets
 
 __all__ = ["MAX_OPEN_SHARDS", "ShardSet"]
 
@@ -111,3 +113,27 @@ class ShardSet:
             row[filled : filled + piece.shape[0]] = piece
             filled += piece.shape[0]
             sid, loc = sid + 1, 0
+
+    def document_starts(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """Document starts ``[n, width]`` of windows from the shards' document indexes.
+
+        ``out[i, t]`` is True when stream token ``starts[i] + t`` (t > 0) begins a document;
+        a shard's first token always does. Work is per window and per shard it touches (a
+        ``searchsorted`` in the mmapped index), never proportional to the document count.
+        """
+        out = np.zeros((starts.shape[0], width), dtype=bool)
+        first = np.searchsorted(self.offsets, starts, side="right") - 1
+        last = np.searchsorted(self.offsets, starts + width - 1, side="right") - 1
+        spans = [
+            np.arange(f + 1, t)
+            for f, t in zip(first.tolist(), last.tolist(), strict=True)
+            if t - f > 1
+        ]
+        for sid in np.unique(np.concatenate([first, last, *spans])).tolist():
+            rows = np.flatnonzero((first <= sid) & (last >= sid))
+            bounds = self.shard(sid).document_bounds()
+            if bounds is None:
+                raise FormatError(f"{self.shards[sid].path}: format has no document index")
+            local = starts[rows] - self.offsets[sid]
+            out[rows] |= starts_from_offsets(local, width, bounds)
+        return out

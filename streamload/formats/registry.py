@@ -1,0 +1,62 @@
+"""The formats streamload reads, in the order ``format = "auto"`` tries them (FORMATS §9.1).
+
+Formats with a companion file or a magic number come first; the headerless ``raw`` format
+is the fallback and needs a dtype.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from streamload.errors import FormatError
+from streamload.formats.base import ShardFormatSpec, ShardInfo, TokenShard
+
+__all__ = ["FORMATS", "get_format", "open_shard", "sniff_format"]
+
+_MODULES = ("megatron", "modalities", "datatrove", "dolma", "npy", "raw")
+"""Format modules in sniffing order; each exposes ``FORMAT``, its ``ShardFormatSpec``."""
+
+
+def _load() -> dict[str, ShardFormatSpec]:
+    formats = {}
+    for name in _MODULES:
+        try:
+            module = importlib.import_module(f"streamload.formats.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"streamload.formats.{name}":
+                raise
+            continue
+        spec = module.FORMAT
+        formats[spec.name] = spec
+    return formats
+
+
+FORMATS: dict[str, ShardFormatSpec] = _load()
+"""Registered formats by name, in sniffing order."""
+
+
+def get_format(name: str) -> ShardFormatSpec:
+    """The format called ``name``.
+
+    Raises:
+        FormatError: no such format.
+    """
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise FormatError(
+            f"format {name!r} is not readable; known formats: {', '.join(FORMATS)}"
+        ) from None
+
+
+def sniff_format(path: str, head: bytes, siblings: frozenset[str]) -> ShardFormatSpec:
+    """The first registered format that recognises the file."""
+    for spec in FORMATS.values():
+        if spec.sniff(path, head, siblings):
+            return spec
+    raise FormatError(f"{path}: not a token file of any known format")  # pragma: no cover
+
+
+def open_shard(info: ShardInfo) -> TokenShard:
+    """Open a described shard with its format's reader."""
+    return get_format(info.format).open(info)
