@@ -1,0 +1,31 @@
+"""What the data subcommands share: turning PATH arguments into described, opened shards."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from streamload.catalog import SourceCatalog, describe_source
+from streamload.config import SourceConfig
+from streamload.formats.base import TokenShard
+from streamload.formats.registry import open_shard
+
+__all__ = ["add_data_arguments", "catalog_from_args", "open_all"]
+
+
+def add_data_arguments(parser: Any) -> None:
+    """``PATH...``, ``--format`` and ``--dtype``."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files, folders, globs, prefixes")
+    parser.add_argument("--format", default="auto", help="format (default: sniff each file)")
+    parser.add_argument("--dtype", default="auto", help="token dtype where the format lacks it")
+
+
+def catalog_from_args(args: argparse.Namespace, vocab_size: int | None = None) -> SourceCatalog:
+    """Describe the shards named on the command line (listing and headers only)."""
+    source = SourceConfig(name="cli", path=tuple(args.paths), format=args.format, dtype=args.dtype)
+    return describe_source(source, vocab_size)
+
+
+def open_all(catalog: SourceCatalog) -> list[TokenShard]:
+    """Open every shard of a catalog."""
+    return [open_shard(info) for info in catalog.shards]

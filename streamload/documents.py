@@ -1,0 +1,88 @@
+"""Documents of a shard in storage order, whatever the format records.
+
+Three sources of truth, in order: the format's document index (Megatron ``document_indices``,
+Dolma CSV, datatrove ``.ds.index``, Modalities pickle), else an EOS token (a document ends
+after each EOS; a trailing partial document counts), else the whole shard is one document.
+Token data is streamed in blocks, so memory stays bounded on any shard size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamload.formats.base import TokenShard
+
+__all__ = ["BLOCK_TOKENS", "TokenStats", "document_bounds", "iter_documents", "scan_tokens"]
+
+BLOCK_TOKENS = 1 << 24
+"""Tokens read per block when scanning a shard."""
+
+
+def _eos_bounds(shard: TokenShard, eos_token_id: int) -> np.ndarray:
+    total = shard.info.num_tokens
+    ends = []
+    for start in range(0, total, BLOCK_TOKENS):
+        block = np.asarray(shard.tokens(start, min(total, start + BLOCK_TOKENS)))
+        ends.append(np.flatnonzero(block == eos_token_id) + start + 1)
+    bounds = np.concatenate([[0], *ends]).astype(np.int64)
+    return bounds if bounds[-1] == total else np.append(bounds, total)
+
+
+def document_bounds(
+    shard: TokenShard, eos_token_id: int | None = None, sequences: bool = False
+) -> np.ndarray:
+    """Token bounds of the shard's documents: document i is ``[b[i], b[i+1])``.
+
+    Args:
+        shard: An opened shard.
+        eos_token_id: EOS that ends documents when the format has no index.
+        sequences: For Megatron, list sequences (what GPTDataset calls documents).
+    """
+    if sequences:
+        seq = getattr(shard, "sequence_bounds", None)
+        if seq is not None:
+            return np.asarray(seq())
+    bounds = shard.document_bounds()
+    if bounds is not None:
+        return np.asarray(bounds)
+    if eos_token_id is not None:
+        return _eos_bounds(shard, eos_token_id)
+    return np.array([0, shard.info.num_tokens], dtype=np.int64)
+
+
+def iter_documents(shard: TokenShard, bounds: np.ndarray, start: int = 0) -> Iterator[np.ndarray]:
+    """Yield documents ``start, start+1, …`` of a shard as zero-copy token arrays."""
+    for i in range(start, len(bounds) - 1):
+        yield shard.tokens(int(bounds[i]), int(bounds[i + 1]))
+
+
+@dataclass
+class TokenStats:
+    """What one streaming pass over a shard's tokens found."""
+
+    num_tokens: int = 0
+    min_id: int | None = None
+    max_id: int | None = None
+    eos_count: int = 0
+    zero_tail: int = 0
+
+
+def scan_tokens(shard: TokenShard, eos_token_id: int | None = None) -> TokenStats:
+    """One vectorized pass over all tokens: id range, EOS count, length of the zero tail."""
+    stats = TokenStats(num_tokens=shard.info.num_tokens)
+    total = stats.num_tokens
+    for start in range(0, total, BLOCK_TOKENS):
+        block = np.asarray(shard.tokens(start, min(total, start + BLOCK_TOKENS)))
+        lo, hi = int(block.min()), int(block.max())
+        stats.min_id = lo if stats.min_id is None else min(stats.min_id, lo)
+        stats.max_id = hi if stats.max_id is None else max(stats.max_id, hi)
+        if eos_token_id is not None:
+            stats.eos_count += int(np.count_nonzero(block == eos_token_id))
+        nonzero = np.flatnonzero(block)
+        stats.zero_tail = (
+            stats.zero_tail + block.size if nonzero.size == 0 else block.size - 1 - int(nonzero[-1])
+        )
+    return stats
