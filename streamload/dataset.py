@@ -7,7 +7,12 @@ Use it with ``batch_size=None`` (the dataset yields whole per-rank batches)::
 
 With ``num_workers = N`` the loader's worker ``w`` yields this rank's batches
 ``w, w + N, w + 2N, …``; the loader takes workers in turn, so the order is the same as
-with no workers. Each worker's state is ``{pass, batch}`` (its next batch), so
+with no workers.
+
+Passes: each ``iter()`` of the same dataset object starts the next pass. Worker processes
+iterate *copies*, so with ``num_workers > 0`` and non-persistent workers (the default) call
+``ds.set_epoch(epoch)`` before each epoch, exactly like ``DistributedSampler.set_epoch`` —
+otherwise every epoch would repeat pass 0 — or use ``persistent_workers=True``. Each worker's state is ``{pass, batch}`` (its next batch), so
 ``StatefulDataLoader.state_dict()`` resumes exactly with the same ``num_workers``. For a
 change of worker count or world size, use :class:`streamload.StreamLoader`, whose state is
 global.
@@ -60,12 +65,14 @@ class StreamDataset(IterableDataset[Batch]):
         self._pass = 0
         self._batch: int | None = None  # None: not started; the first iter starts at the worker id
         self._resume = False
+        self._pass_set = False
 
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        if not self._resume and self._batch is not None:
+        if not self._resume and self._batch is not None and not self._pass_set:
             self._pass += 1
+        self._pass_set = False
         if not self._resume:
             self._batch = worker
         self._resume = False
@@ -81,6 +88,10 @@ class StreamDataset(IterableDataset[Batch]):
         plan = ChunkPlan(self._pass, ids)
         chunk = self._packer(self._reader(plan))
         return {key: value[0] for key, value in chunk.items()}
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next ``iter()`` start pass ``epoch`` from its first batch."""
+        self._pass, self._batch, self._resume, self._pass_set = epoch, None, False, True
 
     def state_dict(self) -> dict[str, Any]:
         """Small JSON-safe position of this copy."""

@@ -15,7 +15,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from torchdata.nodes import BaseNode, PinMemory
 
@@ -30,7 +29,7 @@ from streamload.nodes.read_windows import WindowReader
 from streamload.nodes.split_batches import SplitBatches
 from streamload.nodes.types import ChunkPlan
 from streamload.plan.partition import num_batches
-from streamload.state import check_fingerprint, make_state, read_state
+from streamload.state import check_cursor, check_fingerprint, make_state, read_state
 from streamload.stream import SampleStream
 
 __all__ = ["Batch", "LoaderOptions", "StreamLoader", "WorkerType", "build_loader"]
@@ -159,13 +158,6 @@ class StreamLoader:
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last delivered batch (small, JSON-safe; see ``state.py``)."""
-        plan = self.stream.plan
-        epochs, _ = plan.epochs_and_slots(self._pass, np.array([self._sample]))
-        drawn = (
-            self._sample
-            if plan.num_samples is not None
-            else (self._pass * plan.num_windows + self._sample)
-        )
         return make_state(
             fingerprint=self.stream.fingerprint(),
             pass_index=self._pass,
@@ -173,7 +165,7 @@ class StreamLoader:
             batches=self._delivered,
             seq_len=self.stream.seq_len,
             global_batch=self.rank.global_batch,
-            sources={plan.name: {"epoch": int(epochs[0]), "samples": drawn}},
+            sources=self.stream.source_positions(self._pass, self._sample),
         )
 
     def load_state_dict(
@@ -188,6 +180,7 @@ class StreamLoader:
         check_fingerprint(
             current["fingerprint"], self.stream.fingerprint(), ignore_fingerprint_mismatch
         )
+        check_cursor(current, self.stream.pass_length, self.stream.source_positions)
         self._close()
         self._pass = current["epoch"]
         self._sample = current["cursor"]["samples"]

@@ -13,7 +13,9 @@ Example (``num_samples`` unset, 2 windows of 4 consumed in epoch 1)::
 * ``cursor.samples``: samples of the current pass consumed by the training loop (what was
   delivered, never what was prefetched); ``tokens`` = samples × seq_len; ``batches``:
   batches delivered in this pass by this loader since it started or was restored.
-* ``sources``: per source, its data epoch and samples drawn since the start of training.
+* ``sources``: per source, the index of its next sample in the source's own sequence of
+  samples (``samples``; it counts across epochs) and that sample's data ``epoch``. Derived from
+  ``epoch`` and ``cursor`` and checked against them on load.
 * ``global_batch_size``: informational; a loader with another global batch size may load the
   state and continues at exactly ``cursor.samples``.
 """
@@ -25,7 +27,14 @@ from typing import Any
 
 from streamload.errors import StateError
 
-__all__ = ["STATE_VERSION", "UPGRADERS", "check_fingerprint", "make_state", "read_state"]
+__all__ = [
+    "STATE_VERSION",
+    "UPGRADERS",
+    "check_cursor",
+    "check_fingerprint",
+    "make_state",
+    "read_state",
+]
 
 STATE_VERSION = 1
 
@@ -105,6 +114,31 @@ def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any], igno
         "the state was saved for a different stream — " + "; ".join(parts) + ". Resuming would "
         "not continue on the next sample; pass ignore_fingerprint_mismatch=True if you mean it"
     )
+
+
+def check_cursor(
+    state: Mapping[str, Any],
+    pass_length: int,
+    positions: Callable[[int, int], dict[str, dict[str, int]]],
+) -> None:
+    """Raise unless the cursor lies inside a pass and the per-source positions agree with it.
+
+    Raises:
+        StateError: ``cursor.samples`` beyond the pass, or ``sources`` inconsistent with it.
+    """
+    samples = state["cursor"]["samples"]
+    if samples > pass_length:
+        raise StateError(
+            f"state cursor.samples = {samples} lies beyond the pass of {pass_length} samples; "
+            "the state was edited or saved for another num_samples"
+        )
+    expected = positions(state["epoch"], samples)
+    saved = state.get("sources")
+    if saved is not None and saved != expected:
+        raise StateError(
+            f"state sources = {saved} disagree with epoch {state['epoch']} and cursor.samples "
+            f"{samples}, which give {expected}; the state was edited or is corrupt"
+        )
 
 
 def _changed_sources(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

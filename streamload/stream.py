@@ -122,6 +122,12 @@ class SampleStream:
             "with another vocabulary or the dtype is wrong"
         )
 
+    def source_positions(self, pass_index: int, sample: int) -> dict[str, dict[str, int]]:
+        """Per source: index of its next sample in its own sequence, and that sample's epoch."""
+        plan = self.plan
+        local = sample if plan.num_samples is not None else pass_index * plan.num_windows + sample
+        return {plan.name: {"epoch": local // plan.num_windows, "samples": local}}
+
     def fingerprint(self) -> dict[str, Any]:
         """Every input that decides which sample has which index (see docs/design.md §2.8).
 

@@ -66,11 +66,12 @@ class _Reference:
 
     def locate(self, step: int) -> tuple[int, int]:
         """(pass, batches of that pass delivered) after ``step`` delivered batches."""
+        left = step
         for index, batches in enumerate(self.passes):
-            if step <= len(batches):
-                return index, step
-            step -= len(batches)
-        raise AssertionError(f"save point {step} is past the end of the run")
+            if left <= len(batches):
+                return index, left
+            left -= len(batches)
+        raise ValueError(f"save point {step} is past the end of the run ({self.total})")
 
     def remainder(self, step: int) -> list[list[Any]]:
         """The batches expected per later ``for`` loop after resuming at ``step``."""
@@ -116,6 +117,7 @@ def assert_resumes_exactly(
     Raises:
         AssertionError: a state does not round-trip, is too big, or a resumed run differs;
             the message names the save point, the batch position and the key.
+        ValueError: ``passes < 1`` or a save point outside ``[0, total]``.
     """
     if passes < 1:
         raise ValueError(f"passes = {passes} must be >= 1")

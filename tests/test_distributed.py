@@ -1,0 +1,122 @@
+"""Real data-parallel ranks over torch.distributed (gloo, 127.0.0.1): save on 4, resume on 2.
+
+The ranks are subprocesses running this file as a script; each takes its rank and world size
+from the initialised process group (no explicit arguments), writes its batches to a file,
+and checks with ``all_gather_object`` that every rank saved the same state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from _corpus import write_shards
+
+from streamload import build_loader
+from streamload.testing import assert_batches_equal, collect_global_batches
+
+GLOBAL_BATCH = 8
+SAVE_AFTER = 4
+TIMEOUT = 120
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch(phase: str, world: int, config: Path, out: Path) -> None:
+    """Run ``world`` ranks of this file's ``worker`` and wait for all of them."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": "1",
+        }
+        cmd = [sys.executable, __file__, phase, str(config), str(out)]
+        procs.append(
+            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        )
+    failures = []
+    for rank, proc in enumerate(procs):
+        try:
+            output, _ = proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            pytest.fail(f"{phase}: rank {rank} did not finish in {TIMEOUT} s")
+        if proc.returncode != 0:
+            failures.append(f"rank {rank} exited {proc.returncode}:\n{output.decode()[-3000:]}")
+    assert not failures, f"{phase} on {world} ranks failed:\n" + "\n".join(failures)
+
+
+def worker(phase: str, config: str, out: str) -> None:
+    """One rank: ``save`` iterates SAVE_AFTER steps and saves; ``resume`` finishes the pass."""
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    loader = build_loader(config, batch_size=GLOBAL_BATCH // world, num_workers=1)
+    assert (loader.rank.rank, loader.rank.world_size) == (rank, world)
+    folder = Path(out)
+    if phase == "resume":
+        loader.load_state_dict(json.loads((folder / "state.json").read_text()))
+    batches = []
+    for batch in loader:
+        batches.append({key: value.clone() for key, value in batch.items()})
+        if phase == "save" and len(batches) == SAVE_AFTER:
+            break
+    torch.save(batches, folder / f"{phase}_rank{rank}.pt")
+    if phase == "save":
+        state = loader.state_dict()
+        states: list[object] = [None] * world
+        dist.all_gather_object(states, state)
+        if any(s != states[0] for s in states):
+            raise SystemExit(f"ranks saved different states: {states}")
+        if rank == 0:
+            (folder / "state.json").write_text(json.dumps(state))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def gather_files(folder: Path, phase: str, world: int) -> list[dict[str, torch.Tensor]]:
+    """Global batches from the per-rank batch files of one phase."""
+    per_rank = [torch.load(folder / f"{phase}_rank{r}.pt") for r in range(world)]
+    return collect_global_batches(per_rank)
+
+
+@pytest.mark.slow
+def test_save_on_four_ranks_resume_on_two(tmp_path: Path) -> None:
+    corpus = write_shards(tmp_path / "data", [300, 200, 260])
+    config = tmp_path / "data.json"
+    config.write_text(json.dumps(corpus.config(8, seed=99, packing={"masks": True})))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = collect_global_batches([build_loader(config, batch_size=GLOBAL_BATCH)])
+    assert len(reference) > 2 * SAVE_AFTER
+
+    launch("save", 4, config, tmp_path)
+    state = json.loads((tmp_path / "state.json").read_text())
+    assert state["cursor"]["samples"] == SAVE_AFTER * GLOBAL_BATCH
+    assert_batches_equal(reference[:SAVE_AFTER], gather_files(tmp_path, "save", 4), "4 ranks")
+
+    launch("resume", 2, config, tmp_path)
+    resumed = gather_files(tmp_path, "resume", 2)
+    assert_batches_equal(reference[SAVE_AFTER:], resumed, "resumed on 2 ranks")
+
+
+if __name__ == "__main__":
+    worker(*sys.argv[1:4])
