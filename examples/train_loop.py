@@ -53,8 +53,12 @@ def main() -> None:
             optim.step()
             step += 1
             if step % args.save_every == 0:
-                state = {"model": model.state_dict(), "optim": optim.state_dict(),
-                         "data": loader.state_dict(), "step": step}
+                state = {
+                    "model": model.state_dict(),
+                    "optim": optim.state_dict(),
+                    "data": loader.state_dict(),
+                    "step": step,
+                }
                 torch.save(state, args.ckpt)
                 print(f"step {step} loss {loss.item():.3f} saved")
             if step >= args.steps:

@@ -12,7 +12,9 @@ with no workers.
 Passes: each ``iter()`` of the same dataset object starts the next pass. Worker processes
 iterate *copies*, so with ``num_workers > 0`` and non-persistent workers (the default) call
 ``ds.set_epoch(epoch)`` before each epoch, exactly like ``DistributedSampler.set_epoch`` —
-otherwise every epoch would repeat pass 0 — or use ``persistent_workers=True``. Each worker's state is ``{pass, batch}`` (its next batch), so
+otherwise every epoch would repeat pass 0 — or use ``persistent_workers=True``.
+
+Each worker's state is ``{pass, batch}`` (its next batch), so
 ``StatefulDataLoader.state_dict()`` resumes exactly with the same ``num_workers``. For a
 change of worker count or world size, use :class:`streamload.StreamLoader`, whose state is
 global.
