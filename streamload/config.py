@@ -34,11 +34,15 @@ else:  # pragma: no cover
 __all__ = [
     "TOKEN_DTYPES",
     "DataConfig",
+    "MixtureConfig",
+    "MixtureUnit",
     "PackingConfig",
+    "PhaseConfig",
     "SamplingConfig",
     "SamplingMode",
     "ShardFormat",
     "SourceConfig",
+    "SourcePolicy",
     "load_config",
 ]
 
@@ -70,6 +74,25 @@ class ShardFormat(str, enum.Enum):
     """Dolma ``part-*.npy`` (headerless) + ``.csv.gz`` document metadata."""
     DATATROVE = "datatrove"
     """datatrove / nanotron ``.ds`` + ``.ds.index`` + ``.ds.metadata``."""
+
+
+class SourcePolicy(str, enum.Enum):
+    """What a mixture does when a source has given all its windows."""
+
+    REPEAT = "repeat"
+    """Start the source's next epoch, reshuffled with (seed, source, epoch)."""
+    STOP = "stop"
+    """End the whole stream before the batch that would need a second epoch."""
+
+
+class MixtureUnit(str, enum.Enum):
+    """What mixture weights count."""
+
+    SAMPLES = "samples"
+    """Shares of samples."""
+    TOKENS = "tokens"
+    """Shares of tokens. Every sample holds ``seq_len`` input tokens, so with fixed-length
+    sampling the allocation is the same as for samples."""
 
 
 def _enum(kind: type[enum.Enum], value: Any, field_name: str) -> Any:
@@ -105,7 +128,9 @@ class SourceConfig:
         path: A folder, a glob, a file, or a list of those (local paths or fsspec URLs).
         format: Shard format; ``auto`` sniffs each file.
         dtype: Token dtype, or ``auto`` where the format stores it.
-        weight: Mixture weight (the mixtures issue); ``None`` when not mixing.
+        weight: Mixture weight (required when mixing several sources).
+        policy: ``repeat`` (default) or ``stop`` when the source runs out in a mixture.
+        max_epochs: End the stream before this source would start epoch ``max_epochs``.
         storage_options: Passed to fsspec for remote paths.
     """
 
@@ -114,10 +139,15 @@ class SourceConfig:
     format: ShardFormat = ShardFormat.AUTO
     dtype: str = "auto"
     weight: float | None = None
+    policy: SourcePolicy = SourcePolicy.REPEAT
+    max_epochs: int | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"source {self.name!r}"
+        object.__setattr__(self, "policy", _enum(SourcePolicy, self.policy, f"{where}: policy"))
+        if self.max_epochs is not None:
+            _check_int(self.max_epochs, f"{where}: max_epochs", 1)
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"source name {self.name!r} must be a non-empty string")
         if not isinstance(self.path, (str, list, tuple)):
@@ -193,6 +223,50 @@ class PackingConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MixtureConfig:
+    """How source weights are read.
+
+    Args:
+        unit: What the weights count (``samples`` or ``tokens``).
+        temperature: Weights become ``w ** (1 / temperature)`` before normalizing
+            (KempnerForge); above 1 flattens the mixture, below 1 sharpens it; 0 stays 0.
+    """
+
+    unit: MixtureUnit = MixtureUnit.SAMPLES
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "unit", _enum(MixtureUnit, self.unit, "mixture.unit"))
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
+            raise ConfigError(f"mixture.temperature = {t!r} must be a positive number")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseConfig:
+    """One ``[[schedule]]`` entry: new weights from global step ``start_step`` on.
+
+    Args:
+        start_step: First global batch (optimizer step) of the phase.
+        weights: Weight of every source by name.
+    """
+
+    start_step: int
+    weights: dict[str, float]
+
+    def __post_init__(self) -> None:
+        _check_int(self.start_step, "schedule.start_step", 0)
+        where = f"schedule at start_step {self.start_step}"
+        if not isinstance(self.weights, dict) or not self.weights:
+            raise ConfigError(f"{where}: weights must be a table of source = weight")
+        for name, w in self.weights.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < float("inf"):
+                raise ConfigError(f"{where}: weight of {name!r} = {w!r} must be finite and >= 0")
+        if not any(w > 0 for w in self.weights.values()):
+            raise ConfigError(f"{where}: all weights are 0; at least one must be positive")
+
+
+@dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """The whole data configuration: everything that decides which sample has which index.
 
@@ -205,6 +279,8 @@ class DataConfig:
         global_batch_size: When set, ``world_size * batch_size`` must equal it.
         sampling: Sampling options.
         packing: Packing-mask options.
+        mixture: How weights are read (several sources).
+        schedule: Weight phases by global step (annealing).
     """
 
     seq_len: int
@@ -215,6 +291,13 @@ class DataConfig:
     global_batch_size: int | None = None
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     packing: PackingConfig = field(default_factory=PackingConfig)
+    mixture: MixtureConfig = field(default_factory=MixtureConfig)
+    schedule: tuple[PhaseConfig, ...] = ()
+
+    @property
+    def is_mixture(self) -> bool:
+        """Several sources, or a schedule: samples are allocated to sources by weight."""
+        return len(self.sources) > 1 or bool(self.schedule)
 
     def __post_init__(self) -> None:
         _check_int(self.seq_len, "seq_len", 1)
@@ -233,6 +316,38 @@ class DataConfig:
         v, e = self.vocab_size, self.eos_token_id
         if v is not None and e is not None and e >= v:
             raise ConfigError(f"eos_token_id = {e} must be < vocab_size = {v}")
+        if isinstance(self.schedule, list):
+            object.__setattr__(self, "schedule", tuple(self.schedule))
+        if self.is_mixture:
+            self._check_mixture(names)
+
+    def _check_mixture(self, names: list[str]) -> None:
+        missing = [s.name for s in self.sources if s.weight is None]
+        if missing:
+            raise ConfigError(
+                f"source(s) {', '.join(missing)} have no weight; a mixture needs a weight on "
+                "every [[sources]] entry"
+            )
+        if not any(s.weight for s in self.sources):
+            raise ConfigError("all source weights are 0; at least one must be positive")
+        if self.global_batch_size is None:
+            raise ConfigError(
+                "a mixture needs global_batch_size (samples per optimizer step over all ranks): "
+                "it fixes the per-batch allocation and the schedule's steps"
+            )
+        starts = [p.start_step for p in self.schedule]
+        if starts != sorted(set(starts)):
+            raise ConfigError(f"schedule start_step values {starts} must strictly increase")
+        for phase in self.schedule:
+            unknown = sorted(set(phase.weights) - set(names))
+            absent = [n for n in names if n not in phase.weights]
+            if unknown or absent:
+                raise ConfigError(
+                    f"schedule at start_step {phase.start_step}: "
+                    + (f"unknown source(s) {', '.join(unknown)}; " if unknown else "")
+                    + (f"no weight for {', '.join(absent)}; " if absent else "")
+                    + f"sources are {', '.join(names)}"
+                )
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: str | None = None) -> DataConfig:
@@ -251,12 +366,20 @@ class DataConfig:
         if not isinstance(raw_sources, Sequence) or isinstance(raw_sources, str):
             raise ConfigError("sources must be a list of [[sources]] tables")
         sources = tuple(_source_from_dict(s, i, base_dir) for i, s in enumerate(raw_sources))
-        kwargs = {k: v for k, v in data.items() if k not in ("sources", "sampling", "packing")}
+        nested = ("sources", "sampling", "packing", "mixture", "schedule")
+        kwargs = {k: v for k, v in data.items() if k not in nested}
+        raw_schedule = data.get("schedule", [])
+        if not isinstance(raw_schedule, Sequence) or isinstance(raw_schedule, str):
+            raise ConfigError("schedule must be a list of [[schedule]] tables")
         return cls(
             **kwargs,
             sources=sources,
             sampling=_sub(SamplingConfig, data.get("sampling", {}), "sampling"),
             packing=_sub(PackingConfig, data.get("packing", {}), "packing"),
+            mixture=_sub(MixtureConfig, data.get("mixture", {}), "mixture"),
+            schedule=tuple(
+                _sub(PhaseConfig, p, f"schedule[{i}]") for i, p in enumerate(raw_schedule)
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ iterate *copies*, so with ``num_workers > 0`` and non-persistent workers (the de
 ``ds.set_epoch(epoch)`` before each epoch, exactly like ``DistributedSampler.set_epoch`` —
 otherwise every epoch would repeat pass 0 — or use ``persistent_workers=True``.
 
-Each worker's state is ``{pass, batch}`` (its next batch), so
+Each worker's state is its cursor (its next batch), so
 ``StatefulDataLoader.state_dict()`` resumes exactly with the same ``num_workers``. For a
 change of worker count or world size, use :class:`streamload.StreamLoader`, whose state is
 global.
@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -33,10 +32,8 @@ from streamload.errors import StateError
 from streamload.nodes.pack_masks import MaskPacker
 from streamload.nodes.plan_chunks import RankSpec
 from streamload.nodes.read_windows import WindowReader
-from streamload.nodes.types import ChunkPlan
-from streamload.plan.partition import batch_sample_ids, num_batches
 from streamload.state import check_fingerprint
-from streamload.stream import SampleStream
+from streamload.stream import SampleStream, StreamCursor
 
 __all__ = ["StreamDataset"]
 
@@ -51,11 +48,11 @@ class StreamDataset(IterableDataset[Batch]):
         rank: Data-parallel rank, size and per-rank batch size.
 
     State:
-        ``pass``: current pass; ``batch``: next pass-relative batch this copy yields;
-        ``fingerprint``: the stream's fingerprint.
+        ``cursor``: this copy's next batch (the stream cursor); ``batch``: its pass-relative
+        batch number; ``fingerprint``: the stream's fingerprint.
     """
 
-    PASS_KEY = "pass"
+    CURSOR_KEY = "cursor"
     BATCH_KEY = "batch"
 
     def __init__(self, stream: SampleStream, rank: RankSpec) -> None:
@@ -64,7 +61,7 @@ class StreamDataset(IterableDataset[Batch]):
         cfg = stream.config
         self._reader = WindowReader(stream, documents=cfg.packing.masks)
         self._packer = MaskPacker(cfg.packing.masks, cfg.eos_token_id)
-        self._pass = 0
+        self._cursor = stream.start()
         self._batch: int | None = None  # None: not started; the first iter starts at the worker id
         self._resume = False
         self._pass_set = False
@@ -72,41 +69,42 @@ class StreamDataset(IterableDataset[Batch]):
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
-        if not self._resume and self._batch is not None and not self._pass_set:
-            self._pass += 1
-        self._pass_set = False
-        if not self._resume:
-            self._batch = worker
-        self._resume = False
-        total = num_batches(self.stream.pass_length, 0, self.rank.global_batch)
-        while self._batch is not None and self._batch < total:
-            batch = self._read(self._batch)
-            self._batch += workers
-            yield batch
-
-    def _read(self, index: int) -> Batch:
         spec = self.rank
-        ids = batch_sample_ids(0, np.array([index]), spec.global_batch, spec.world_size, spec.rank)
-        plan = ChunkPlan(self._pass, ids)
-        chunk = self._packer(self._reader(plan))
-        return {key: value[0] for key, value in chunk.items()}
+        if not self._resume:
+            if self._batch is not None and not self._pass_set:
+                self._cursor = self.stream.next_pass(self._cursor)
+            self._cursor = self.stream.advance(self._cursor, worker, spec.global_batch)
+            self._batch = worker
+        self._resume = self._pass_set = False
+        while True:
+            planned = self.stream.plan_chunk(
+                self._cursor, 1, spec.global_batch, spec.world_size, spec.rank
+            )
+            if planned is None:
+                return
+            batch = self._packer(self._reader(planned[0]))
+            self._cursor = self.stream.advance(self._cursor, workers, spec.global_batch)
+            self._batch = (self._batch or 0) + workers
+            yield {key: value[0] for key, value in batch.items()}
 
     def set_epoch(self, epoch: int) -> None:
         """Make the next ``iter()`` start pass ``epoch`` from its first batch."""
-        self._pass, self._batch, self._resume, self._pass_set = epoch, None, False, True
+        self._cursor = self.stream.start(epoch)
+        self._batch, self._resume, self._pass_set = None, False, True
 
     def state_dict(self) -> dict[str, Any]:
         """Small JSON-safe position of this copy."""
         return {
-            self.PASS_KEY: self._pass,
+            self.CURSOR_KEY: self._cursor.to_state(),
             self.BATCH_KEY: self._batch,
-            "fingerprint": self.stream.fingerprint(),
+            "fingerprint": self.stream.fingerprint(self._cursor),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue at a saved position on the next ``iter()``."""
-        if self.PASS_KEY not in state or self.BATCH_KEY not in state:
+        if self.CURSOR_KEY not in state or self.BATCH_KEY not in state:
             raise StateError(f"not a StreamDataset state: keys {sorted(state)}")
-        check_fingerprint(state.get("fingerprint", {}), self.stream.fingerprint(), False)
-        self._pass, self._batch = int(state[self.PASS_KEY]), state[self.BATCH_KEY]
+        cursor = StreamCursor.from_state(state[self.CURSOR_KEY])
+        check_fingerprint(state.get("fingerprint", {}), self.stream.fingerprint(cursor), False)
+        self._cursor, self._batch = cursor, state[self.BATCH_KEY]
         self._resume = self._batch is not None

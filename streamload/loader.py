@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -28,8 +29,7 @@ from streamload.nodes.plan_chunks import PlanChunks, RankSpec
 from streamload.nodes.read_windows import WindowReader
 from streamload.nodes.split_batches import SplitBatches
 from streamload.nodes.types import ChunkPlan
-from streamload.plan.partition import num_batches
-from streamload.state import check_cursor, check_fingerprint, make_state, read_state
+from streamload.state import check_fingerprint, cursor_from_state, make_state, read_state
 from streamload.stream import SampleStream
 
 __all__ = ["Batch", "LoaderOptions", "StreamLoader", "WorkerType", "build_loader"]
@@ -124,48 +124,65 @@ class StreamLoader:
         self.rank = rank
         self.num_workers = num_workers
         self.options = options or LoaderOptions()
-        self._pass, self._sample, self._delivered = 0, 0, 0
+        self._cursor = stream.start()
+        self._delivered = 0
+        self._wait = 0.0
         self._chain: BaseNode[Batch] | None = None
-        dropped = stream.pass_length % rank.global_batch
+        length = stream.pass_length
+        dropped = 0 if length is None else length % rank.global_batch
         if dropped and rank.rank == 0:
             warnings.warn(
-                f"each pass of {stream.pass_length} samples ends with {dropped} samples that do "
+                f"each pass of {length} samples ends with {dropped} samples that do "
                 f"not fill a global batch of {rank.global_batch}; they are dropped",
                 stacklevel=3,
             )
 
     def __len__(self) -> int:
-        """Batches per full pass for this rank."""
-        return num_batches(self.stream.pass_length, 0, self.rank.global_batch)
+        """Batches per full pass for this rank.
+
+        Raises:
+            TypeError: an endless mixture (no ``num_samples``) has no length.
+        """
+        left = self.stream.batches_left(self.stream.start(), self.rank.global_batch)
+        if left is None:
+            raise TypeError("an endless mixture has no length; set sampling.num_samples")
+        return left
 
     def __iter__(self) -> Iterator[Batch]:
         self._close()
-        if num_batches(self.stream.pass_length, self._sample, self.rank.global_batch) == 0:
-            self._pass, self._sample, self._delivered = self._pass + 1, 0, 0
+        if self.stream.batches_left(self._cursor, self.rank.global_batch) == 0:
+            self._cursor, self._delivered = self.stream.next_pass(self._cursor), 0
         chain = self._build_chain()
         self._chain = chain
         return self._run(chain)
 
     def _run(self, chain: BaseNode[Batch]) -> Iterator[Batch]:
-        for batch in chain:
+        while True:
+            started = time.perf_counter()
+            try:
+                batch = next(chain)
+            except StopIteration:
+                break
+            self._wait += time.perf_counter() - started
             if chain is not self._chain:  # superseded by a newer iter() or a restore
                 return
-            self._sample += self.rank.global_batch
+            self._cursor = self.stream.advance(self._cursor, 1, self.rank.global_batch)
             self._delivered += 1
             yield batch
         if chain is self._chain:
             self._close()
+            if self.stream.ended_by:
+                warnings.warn(f"the stream ended: {self.stream.ended_by}", stacklevel=2)
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last delivered batch (small, JSON-safe; see ``state.py``)."""
         return make_state(
-            fingerprint=self.stream.fingerprint(),
-            pass_index=self._pass,
-            samples=self._sample,
+            fingerprint=self.stream.fingerprint(self._cursor),
+            cursor=self._cursor,
             batches=self._delivered,
             seq_len=self.stream.seq_len,
             global_batch=self.rank.global_batch,
-            sources=self.stream.source_positions(self._pass, self._sample),
+            sources=self.stream.source_positions(self._cursor),
         )
 
     def load_state_dict(
@@ -177,14 +194,37 @@ class StreamLoader:
             StateError: malformed, too new, or saved for other data or config.
         """
         current = read_state(state)
+        cursor = cursor_from_state(current, self.stream)
         check_fingerprint(
-            current["fingerprint"], self.stream.fingerprint(), ignore_fingerprint_mismatch
+            current["fingerprint"], self.stream.fingerprint(cursor), ignore_fingerprint_mismatch
         )
-        check_cursor(current, self.stream.pass_length, self.stream.source_positions)
         self._close()
-        self._pass = current["epoch"]
-        self._sample = current["cursor"]["samples"]
-        self._delivered = 0
+        self._cursor, self._delivered = cursor, 0
+
+    def stats(self) -> dict[str, Any]:
+        """Per-source samples, tokens, epochs and repetition so far (all ranks), and waiting.
+
+        ``epochs`` counts a source's completed epochs; ``repetition`` is samples drawn per
+        window (1.0 = each window seen once on average). ``wait_seconds`` is the time the
+        training loop spent waiting for this loader.
+        """
+        sources = {}
+        for source, (name, pos) in zip(
+            self.stream.sources, self.stream.source_positions(self._cursor).items(), strict=True
+        ):
+            drawn = pos["samples"]
+            sources[name] = {
+                "samples": drawn,
+                "tokens": drawn * self.stream.seq_len,
+                "epochs": drawn // source.num_windows,
+                "repetition": drawn / source.num_windows,
+            }
+        return {
+            "sources": sources,
+            "batches": self._delivered,
+            "wait_seconds": self._wait,
+            "ended_by": self.stream.ended_by,
+        }
 
     def _chunk_batches(self) -> int:
         if self.options.chunk_batches is not None:
@@ -196,9 +236,7 @@ class StreamLoader:
 
     def _build_chain(self) -> BaseNode[Batch]:
         cfg = self.stream.config
-        plan = PlanChunks(
-            self.stream.pass_length, self.rank, self._chunk_batches(), (self._pass, self._sample)
-        )
+        plan = PlanChunks(self.stream, self.rank, self._chunk_batches(), self._cursor)
         work = _Materialize(
             WindowReader(self.stream, documents=cfg.packing.masks),
             MaskPacker(cfg.packing.masks, cfg.eos_token_id),

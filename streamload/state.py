@@ -18,20 +18,27 @@ Example (``num_samples`` unset, 2 windows of 4 consumed in epoch 1)::
   ``epoch`` and ``cursor`` and checked against them on load.
 * ``global_batch_size``: informational; a loader with another global batch size may load the
   state and continues at exactly ``cursor.samples``.
+* Mixtures only: ``cursor.step`` (global batches so far) and ``schedule``
+  (``phase_step``: where the current phase's accounting started, ``phase_drawn``: each
+  source's count then). With ``sources[*].samples`` they are the whole mixture position.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamload.errors import StateError
+from streamload.plan.mixture import MixtureCursor
+
+if TYPE_CHECKING:
+    from streamload.stream import SampleStream, StreamCursor
 
 __all__ = [
     "STATE_VERSION",
     "UPGRADERS",
-    "check_cursor",
     "check_fingerprint",
+    "cursor_from_state",
     "make_state",
     "read_state",
 ]
@@ -45,22 +52,73 @@ UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 def make_state(
     *,
     fingerprint: dict[str, Any],
-    pass_index: int,
-    samples: int,
+    cursor: StreamCursor,
     batches: int,
     seq_len: int,
     global_batch: int,
     sources: dict[str, dict[str, int]],
 ) -> dict[str, Any]:
     """Build the envelope (plain JSON-safe ints, strings, lists, dicts)."""
-    return {
+    samples = cursor.sample
+    state: dict[str, Any] = {
         "version": STATE_VERSION,
         "fingerprint": fingerprint,
-        "epoch": pass_index,
+        "epoch": cursor.pass_index,
         "cursor": {"samples": samples, "tokens": samples * seq_len, "batches": batches},
         "sources": sources,
         "global_batch_size": global_batch,
     }
+    mixture = cursor.mixture
+    if mixture is not None:
+        names = list(sources)
+        state["cursor"]["step"] = mixture.step
+        state["schedule"] = {
+            "phase_step": mixture.phase_step,
+            "phase_drawn": dict(zip(names, mixture.phase_drawn, strict=True)),
+        }
+    return state
+
+
+def cursor_from_state(state: Mapping[str, Any], stream: SampleStream) -> StreamCursor:
+    """The stream cursor a (read, upgraded) state describes, checked against the stream.
+
+    Raises:
+        StateError: a cursor beyond the pass, sources that are not the stream's, per-source
+            positions that disagree with the cursor, or mixture fields missing.
+    """
+    samples, epoch = state["cursor"]["samples"], state["epoch"]
+    length = stream.pass_length
+    if length is not None and samples > length:
+        raise StateError(
+            f"state cursor.samples = {samples} lies beyond the pass of {length} samples; "
+            "the state was edited or saved for another num_samples"
+        )
+    saved = state.get("sources") or {}
+    names = [s.name for s in stream.sources]
+    if sorted(saved) != sorted(names):
+        raise StateError(f"state sources {sorted(saved)} are not this stream's sources {names}")
+    from streamload.stream import StreamCursor
+
+    mixture = None
+    if stream.is_mixture:
+        try:
+            schedule = state["schedule"]
+            drawn = tuple(int(saved[n]["samples"]) for n in names)
+            phase = tuple(int(schedule["phase_drawn"][n]) for n in names)
+            step, phase_step = int(state["cursor"]["step"]), int(schedule["phase_step"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(
+                f"state lacks the mixture position ({exc!r}); saved without mixing?"
+            ) from None
+        mixture = MixtureCursor(step, drawn, phase_step, phase)
+    cursor = StreamCursor(epoch, samples, mixture)
+    expected = stream.source_positions(cursor)
+    if saved != expected:
+        raise StateError(
+            f"state sources = {saved} disagree with epoch {epoch} and cursor.samples "
+            f"{samples}, which give {expected}; the state was edited or is corrupt"
+        )
+    return cursor
 
 
 def read_state(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -114,31 +172,6 @@ def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any], igno
         "the state was saved for a different stream — " + "; ".join(parts) + ". Resuming would "
         "not continue on the next sample; pass ignore_fingerprint_mismatch=True if you mean it"
     )
-
-
-def check_cursor(
-    state: Mapping[str, Any],
-    pass_length: int,
-    positions: Callable[[int, int], dict[str, dict[str, int]]],
-) -> None:
-    """Raise unless the cursor lies inside a pass and the per-source positions agree with it.
-
-    Raises:
-        StateError: ``cursor.samples`` beyond the pass, or ``sources`` inconsistent with it.
-    """
-    samples = state["cursor"]["samples"]
-    if samples > pass_length:
-        raise StateError(
-            f"state cursor.samples = {samples} lies beyond the pass of {pass_length} samples; "
-            "the state was edited or saved for another num_samples"
-        )
-    expected = positions(state["epoch"], samples)
-    saved = state.get("sources")
-    if saved is not None and saved != expected:
-        raise StateError(
-            f"state sources = {saved} disagree with epoch {state['epoch']} and cursor.samples "
-            f"{samples}, which give {expected}; the state was edited or is corrupt"
-        )
 
 
 def _changed_sources(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

@@ -1,141 +1,275 @@
-"""The global sample stream: sample index → tokens, a pure function of (data, config, seed).
+"""The global sample stream: a pure function of (data, config, seed), walked by a cursor.
 
-Everything the loader, the ``IterableDataset`` and ``streamload samples`` deliver comes from
-:meth:`SampleStream.read`; world size, workers and prefetch only decide who calls it and when.
+* One source: pass ``p``, pass-relative sample ``g`` → the source's sample ``g`` (with
+  ``num_samples``) or ``p·n + g`` (one epoch per pass). Random access is O(1).
+* A mixture: global batch ``k`` is allocated to sources by :mod:`streamload.plan.mixture`;
+  the source-local indices continue per source. The cursor carries the per-source counts, so
+  resuming is O(1); random access (``streamload samples``) replays counts only.
+
+World size, workers and prefetch only decide who reads a sample and when (docs/design.md §1).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from streamload.catalog import SourceCatalog, describe_source
+from streamload.chunks import ChunkPlan, TokenChunk
 from streamload.config import DataConfig
-from streamload.errors import ConfigError, FormatError
-from streamload.formats.registry import get_format
-from streamload.ops.gather import ShardSet
+from streamload.ops.masks import starts_from_eos
+from streamload.plan.mixture import (
+    MixtureCursor,
+    Phase,
+    advance_cursor,
+    allocate_batches,
+    effective_weights,
+    phase_at,
+)
+from streamload.plan.partition import chunk_sample_ids, num_batches, rank_share
 from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
-from streamload.plan.windows import WindowLayout
+from streamload.source_stream import SourceStream
 
-__all__ = ["SampleStream"]
+__all__ = ["SampleStream", "StreamCursor"]
+
+
+@dataclass(frozen=True)
+class StreamCursor:
+    """Position in the stream after some delivered batches.
+
+    Args:
+        pass_index: Current pass.
+        sample: Pass-relative samples consumed.
+        mixture: Per-source counts and schedule position (mixtures only).
+    """
+
+    pass_index: int
+    sample: int
+    mixture: MixtureCursor | None = None
+
+    def to_state(self) -> dict[str, Any]:
+        """Plain ints and lists."""
+        m = self.mixture
+        mixture = None if m is None else {
+            "step": m.step, "drawn": list(m.drawn),
+            "phase_step": m.phase_step, "phase_drawn": list(m.phase_drawn),
+        }  # fmt: skip
+        return {"pass": self.pass_index, "sample": self.sample, "mixture": mixture}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> StreamCursor:
+        """Inverse of :meth:`to_state`."""
+        m = state.get("mixture")
+        mixture = None if m is None else MixtureCursor(
+            int(m["step"]), tuple(m["drawn"]), int(m["phase_step"]), tuple(m["phase_drawn"])
+        )  # fmt: skip
+        return cls(int(state["pass"]), int(state["sample"]), mixture)
 
 
 class SampleStream:
-    """Samples of ``seq_len + 1`` tokens, indexed by (pass, pass-relative sample index).
+    """Samples of ``seq_len + 1`` tokens in their global order.
 
     Args:
         config: The data config.
         catalogs: Described sources, one per ``config.sources`` entry.
-
-    Raises:
-        ConfigError: the config cannot be served by this data (no whole window, masks without
-            a way to find documents, a vocabulary the dtype cannot hold...).
     """
 
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
-        if len(config.sources) != 1:
-            raise ConfigError(
-                f"{len(config.sources)} sources given; mixing sources by weight is not available "
-                "yet: use one [[sources]] entry (its path may list several folders)"
-            )
         self.config = config
-        self.catalog = catalogs[0]
         self.seq_len = config.seq_len
-        self.shards = ShardSet(self.catalog.shards)
-        counts = np.array([s.num_tokens for s in self.catalog.shards], dtype=np.int64)
-        self.layout = WindowLayout(counts, config.seq_len, config.sampling.cross_shard)
-        self._check()
+        self.sources = tuple(SourceStream(config, c) for c in catalogs)
+        self.is_mixture = config.is_mixture
+        self.phases = _phases(config) if self.is_mixture else ()
+        first = self.sources[0]
         self.plan = PassPlan(
-            name=self.catalog.config.name,
-            num_windows=self.layout.num_windows,
+            name=first.name,
+            num_windows=first.num_windows,
             seed=config.seed,
             shuffle=config.sampling.shuffle,
             num_samples=config.sampling.num_samples,
         )
+        self.ended_by: str | None = None
 
     @classmethod
     def from_config(cls, config: DataConfig) -> SampleStream:
         """Describe every source (listing and headers only) and build the stream."""
         return cls(config, tuple(describe_source(s, config.vocab_size) for s in config.sources))
 
+    # -- shape of the stream -------------------------------------------------------------
     @property
-    def pass_length(self) -> int:
-        """Samples in one pass."""
+    def pass_length(self) -> int | None:
+        """Samples in one pass (``None``: an endless mixture)."""
+        if self.is_mixture:
+            return self.config.sampling.num_samples
         return self.plan.pass_length
 
     @property
     def num_windows(self) -> int:
-        """Windows in one epoch of the data."""
-        return self.layout.num_windows
-
-    def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
-        """Stream offsets of the windows of pass-relative sample ids (any shape)."""
-        ids = np.asarray(samples, dtype=np.int64)
-        flat = ids.ravel()
-        if flat.size and (flat.min() < 0 or flat.max() >= self.pass_length):
-            raise IndexError(f"sample index out of range [0, {self.pass_length})")
-        return self.layout.starts(self.plan.window_ids(pass_index, flat)).reshape(ids.shape)
+        """Windows in one epoch of the (first) source."""
+        return self.sources[0].num_windows
 
     @property
     def has_documents(self) -> bool:
-        """Whether the shards' format records document boundaries (else EOS finds them)."""
-        return all(get_format(s.format).has_documents for s in self.catalog.shards)
+        """Whether every source's format records document boundaries."""
+        return all(s.has_documents for s in self.sources)
 
-    def document_starts(self, starts: np.ndarray) -> np.ndarray:
-        """Document starts ``[n, seq_len + 1]`` of windows at stream offsets ``starts``.
+    def start(self, pass_index: int = 0) -> StreamCursor:
+        """The cursor at the start of a pass."""
+        mixture = MixtureCursor.start(len(self.sources)) if self.is_mixture else None
+        return StreamCursor(pass_index, 0, mixture)
 
-        From the format's document index when it has one, else after each ``eos_token_id``
-        (which then needs the tokens: use :func:`streamload.ops.masks.starts_from_eos`).
+    def batches_left(self, cursor: StreamCursor, global_batch: int) -> int | None:
+        """Whole global batches left in the cursor's pass (``None``: endless)."""
+        length = self.pass_length
+        return None if length is None else num_batches(length, cursor.sample, global_batch)
+
+    def next_pass(self, cursor: StreamCursor) -> StreamCursor:
+        """The start of the pass after the cursor's."""
+        return self.start(cursor.pass_index + 1)
+
+    def advance(self, cursor: StreamCursor, batches: int, global_batch: int) -> StreamCursor:
+        """The cursor after ``batches`` more delivered global batches."""
+        mixture = cursor.mixture
+        if mixture is not None:
+            mixture = advance_cursor(self.phases, global_batch, mixture, batches)
+        return replace(cursor, sample=cursor.sample + batches * global_batch, mixture=mixture)
+
+    # -- planning ------------------------------------------------------------------------
+    def plan_chunk(
+        self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
+    ) -> tuple[ChunkPlan, StreamCursor] | None:
+        """Up to ``max_batches`` batches of ``rank`` from ``cursor``; ``None`` once it ended."""
+        left = self.batches_left(cursor, global_batch)
+        count = max_batches if left is None else min(max_batches, left)
+        if count == 0:
+            return None
+        if cursor.mixture is None:
+            ids = chunk_sample_ids(cursor.sample, 0, count, global_batch, world_size, rank)
+            local = self._single_local(cursor.pass_index, ids)
+            plan = ChunkPlan(cursor.pass_index, ids, np.zeros(ids.shape, np.int16), local)
+            return plan, self.advance(cursor, count, global_batch)
+        sources, local = self._allocate(cursor.mixture, count, global_batch)
+        if sources.shape[0] == 0:
+            return None
+        count = sources.shape[0]
+        offset, per_rank = rank_share(global_batch, world_size, rank)
+        ids = chunk_sample_ids(cursor.sample, 0, count, global_batch, world_size, rank)
+        cols = slice(offset, offset + per_rank)
+        plan = ChunkPlan(cursor.pass_index, ids, sources[:, cols], local[:, cols])
+        return plan, self.advance(cursor, count, global_batch)
+
+    def _single_local(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
+        if self.plan.num_samples is not None:
+            return samples
+        return samples + pass_index * self.plan.num_windows
+
+    def _allocate(
+        self, mixture: MixtureCursor, count: int, global_batch: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Allocate batches, cut before the first one a source's policy forbids."""
+        sources, local, _ = allocate_batches(self.phases, global_batch, mixture, count)
+        for index, source in enumerate(self.sources):
+            limit = source.limit
+            if limit is None:
+                continue
+            over = np.flatnonzero(((sources == index) & (local >= limit)).any(axis=1))
+            if over.size:
+                sources, local = sources[: over[0]], local[: over[0]]
+                if over[0] == 0:
+                    self.ended_by = (
+                        f"source {source.name!r} has no samples left under its policy "
+                        f"({limit} samples = {limit // source.num_windows} epoch(s)) at step "
+                        f"{mixture.step}"
+                    )
+        return sources, local
+
+    # -- reading -------------------------------------------------------------------------
+    def read_chunk(self, plan: ChunkPlan, documents: bool) -> TokenChunk:
+        """Tokens (and, with ``documents``, document starts) of a chunk plan's samples."""
+        src = plan.sources.ravel()
+        local = plan.local_ids.ravel()
+        dtype = np.result_type(*[s.shards.dtype for s in self.sources])
+        tokens = np.empty((src.shape[0], self.seq_len + 1), dtype=dtype)
+        starts = np.empty(src.shape[0], dtype=np.int64)
+        doc_starts = np.zeros(tokens.shape, dtype=bool) if documents else None
+        for index in np.unique(src).tolist():
+            rows = np.flatnonzero(src == index)
+            source = self.sources[index]
+            tokens[rows], starts[rows] = source.read(local[rows])
+            if doc_starts is not None:
+                doc_starts[rows] = self._doc_starts(source, tokens[rows], starts[rows])
+        return TokenChunk(plan, tokens, starts, doc_starts)
+
+    def _doc_starts(
+        self, source: SourceStream, tokens: np.ndarray, starts: np.ndarray
+    ) -> np.ndarray:
+        if source.has_documents:
+            return source.document_starts(starts)
+        return starts_from_eos(tokens, int(self.config.eos_token_id))  # type: ignore[arg-type]
+
+    def locate(self, pass_index: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, source-local index) of pass-relative sample ids (any shape).
+
+        O(1) per sample for one source; a mixture replays its per-batch counts from the start.
         """
-        return self.shards.document_starts(starts, self.seq_len + 1)
+        ids = np.asarray(samples, dtype=np.int64)
+        length = self.pass_length
+        if ids.size and (ids.min() < 0 or (length is not None and ids.max() >= length)):
+            raise IndexError(f"sample index out of range [0, {length})")
+        if not self.is_mixture:
+            return np.zeros(ids.shape, np.int16), self._single_local(pass_index, ids)
+        batch = self.config.global_batch_size
+        assert batch is not None  # guaranteed by DataConfig for mixtures
+        rows = int(ids.max()) // batch + 1 if ids.size else 0
+        sources, local = self._allocate(MixtureCursor.start(len(self.sources)), rows, batch)
+        flat = ids.ravel()
+        if flat.size and flat.max() >= sources.size:
+            raise IndexError(f"sample {int(flat.max())} lies after the end of the stream")
+        return sources.ravel()[flat].reshape(ids.shape), local.ravel()[flat].reshape(ids.shape)
 
-    def read(self, pass_index: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens ``[n, seq_len + 1]`` (file dtype) and window stream offsets ``[n]``.
+    def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
+        """Stream offsets (in their sources) of the windows of pass-relative sample ids."""
+        src, local = self.locate(pass_index, samples)
+        out = np.empty(src.shape, dtype=np.int64)
+        for index in np.unique(src).tolist():
+            where = src == index
+            out[where] = self.sources[index].window_starts(local[where])
+        return out
 
-        Raises:
-            FormatError: a token id is out of range for ``vocab_size`` (names file and offset).
-        """
-        starts = self.window_starts(pass_index, np.asarray(samples).ravel())
-        tokens = np.empty((starts.shape[0], self.seq_len + 1), dtype=self.shards.dtype)
-        self.shards.gather(starts, tokens)
-        self.check_tokens(tokens, starts)
-        return tokens, starts
+    def read(self, pass_index: int, samples: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens ``[n, seq_len + 1]`` and window offsets of pass-relative sample ids."""
+        ids = np.asarray(samples, dtype=np.int64).ravel()
+        src, local = self.locate(pass_index, ids)
+        chunk = self.read_chunk(ChunkPlan(pass_index, ids, src, local), documents=False)
+        return chunk.tokens, chunk.starts
 
-    def check_tokens(self, tokens: np.ndarray, starts: np.ndarray) -> None:
-        """Raise if a token id is negative or ``>= vocab_size`` (one pass over the block)."""
-        vocab = self.config.vocab_size
-        if tokens.size == 0:
-            return
-        bad_high = vocab is not None and int(tokens.max()) >= vocab
-        bad_low = tokens.dtype.kind == "i" and int(tokens.min()) < 0
-        if not (bad_high or bad_low):
-            return
-        bad = (tokens >= vocab) if bad_high else (tokens < 0)
-        row, col = (int(v[0]) for v in np.nonzero(bad))
-        shard, offset = self.shards.locate(int(starts[row]) + col)
-        expected = f"< vocab_size = {vocab}" if bad_high else ">= 0"
-        path, value = self.shards.shards[shard].path, int(tokens[row, col])
-        raise FormatError(
-            f"{path}: token {offset} is {value}, expected {expected}; the data was tokenized "
-            "with another vocabulary or the dtype is wrong"
-        )
-
-    def source_positions(self, pass_index: int, sample: int) -> dict[str, dict[str, int]]:
+    # -- accounting ----------------------------------------------------------------------
+    def source_positions(self, cursor: StreamCursor) -> dict[str, dict[str, int]]:
         """Per source: index of its next sample in its own sequence, and that sample's epoch."""
-        plan = self.plan
-        local = sample if plan.num_samples is not None else pass_index * plan.num_windows + sample
-        return {plan.name: {"epoch": local // plan.num_windows, "samples": local}}
+        if cursor.mixture is None:
+            drawn: tuple[int, ...] = (
+                int(self._single_local(cursor.pass_index, np.array(cursor.sample))),
+            )
+        else:
+            drawn = cursor.mixture.drawn
+        return {
+            s.name: {"epoch": d // s.num_windows, "samples": d}
+            for s, d in zip(self.sources, drawn, strict=True)
+        }
 
-    def fingerprint(self) -> dict[str, Any]:
-        """Every input that decides which sample has which index (see docs/design.md §2.8).
+    def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
+        """Every input that decides which sample has which index (docs/design.md §2.8).
 
         Batch size, world size, workers, prefetch, masks, eos and vocab_size are left out on
-        purpose: they change who reads a sample or what is added to it, never its index.
+        purpose: they change who reads a sample or what is added to it, never its index. For
+        mixtures, only the schedule phases that have started by the cursor count, so phases
+        may be added for the future between a save and a resume.
         """
         sampling = self.config.sampling
-        return {
+        out: dict[str, Any] = {
             "algorithm": ALGORITHM,
             "seq_len": self.seq_len,
             "seed": self.config.seed,
@@ -143,34 +277,27 @@ class SampleStream:
             "shuffle": sampling.shuffle,
             "num_samples": sampling.num_samples,
             "cross_shard": sampling.cross_shard,
-            "sources": [self.catalog.config.name],
-            "data": {self.catalog.config.name: self.catalog.fingerprint()},
+            "sources": [s.name for s in self.sources],
+            "data": {s.name: s.catalog.fingerprint() for s in self.sources},
         }
+        if self.is_mixture:
+            step = cursor.mixture.step if cursor is not None and cursor.mixture else 0
+            started = self.phases[: phase_at(self.phases, step) + 1]
+            out["schedule"] = [[p.start_step, list(p.weights)] for p in started]
+        return out
 
-    def _check(self) -> None:
-        name, cfg = self.catalog.config.name, self.config
-        if self.layout.num_windows == 0:
-            where = "any single shard" if not cfg.sampling.cross_shard else "the source"
-            raise ConfigError(
-                f"source {name!r}: {where} holds fewer than seq_len + 1 = {cfg.seq_len + 1} "
-                f"tokens ({self.catalog.num_tokens} tokens in {len(self.catalog.shards)} shards); "
-                "lower seq_len or add data"
-            )
-        top = np.iinfo(self.shards.dtype).max
-        first = self.catalog.shards[0].path
-        if cfg.vocab_size is not None and cfg.vocab_size - 1 > top:
-            raise ConfigError(
-                f"source {name!r}: vocab_size = {cfg.vocab_size} needs ids up to "
-                f"{cfg.vocab_size - 1} but {first} stores {self.shards.dtype} (max {top}); "
-                "the dtype or the vocabulary is wrong"
-            )
-        if cfg.eos_token_id is not None and cfg.eos_token_id > top:
-            raise ConfigError(
-                f"source {name!r}: eos_token_id = {cfg.eos_token_id} cannot occur in "
-                f"{self.shards.dtype} tokens (max {top}) of {first}"
-            )
-        if cfg.packing.masks and cfg.eos_token_id is None and not self.has_documents:
-            raise ConfigError(
-                f"source {name!r}: packing.masks = true, but its format has no document index; "
-                "set eos_token_id so documents can be found"
-            )
+
+def _phases(config: DataConfig) -> tuple[Phase, ...]:
+    """Base weights from step 0, then each ``[[schedule]]`` phase (a phase at 0 replaces them)."""
+    names = [s.name for s in config.sources]
+    temperature = config.mixture.temperature
+    base = np.array([s.weight or 0.0 for s in config.sources])
+    phases = [Phase(0, tuple(effective_weights(base, temperature).tolist()))]
+    for entry in config.schedule:
+        raw = np.array([float(entry.weights[n]) for n in names])
+        phase = Phase(entry.start_step, tuple(effective_weights(raw, temperature).tolist()))
+        if phase.start_step == 0:
+            phases[0] = phase
+        else:
+            phases.append(phase)
+    return tuple(phases)

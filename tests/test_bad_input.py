@@ -238,7 +238,7 @@ def test_several_sources(make_corpus: Callable) -> None:
     a, b = make_corpus([100]), make_corpus([100])
     cfg = a.config()
     cfg["sources"].append({"name": "code", "path": str(b.folder)})
-    with pytest.raises(ConfigError, match=r"2 sources given"):
+    with pytest.raises(ConfigError, match=r"web, code have no weight"):
         build_loader(cfg, batch_size=1)
 
 

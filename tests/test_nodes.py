@@ -27,7 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:each pass of")
 
 OWN_KEYS = {
     ListShards: {"index"},
-    PlanChunks: {"pass", "sample"},
+    PlanChunks: {"pass", "sample", "mixture"},
     ReadWindows: set(),
     PackMasks: set(),
     SplitBatches: {"source", "offset"},
@@ -52,12 +52,12 @@ def build_nodes(corpus: Corpus) -> dict[type, BaseNode[Any]]:
     """One instance of each stage, chained as StreamLoader chains them."""
     cfg = load_config(corpus.config(8, packing={"masks": True}))
     stream = SampleStream.from_config(cfg)
-    plan = PlanChunks(stream.pass_length, RankSpec(0, 1, 4), chunk_batches=3)
+    plan = PlanChunks(stream, RankSpec(0, 1, 4), chunk_batches=3)
     read = ReadWindows(plan, stream)
     pack = PackMasks(read, masks=True, eos_token_id=corpus.eos_token_id)
     split = SplitBatches(pack)
     workers = MapWorkers(
-        PlanChunks(stream.pass_length, RankSpec(0, 1, 4), chunk_batches=2),
+        PlanChunks(stream, RankSpec(0, 1, 4), chunk_batches=2),
         WindowReader(stream),
         num_workers=1,
     )
@@ -90,7 +90,7 @@ def test_state_section_lists_the_state_keys(corpus: Corpus, cls: type) -> None:
 
 def test_class_constants_name_the_keys() -> None:
     assert {ListShards.INDEX_KEY} == OWN_KEYS[ListShards]
-    assert {PlanChunks.PASS_KEY, PlanChunks.SAMPLE_KEY} == OWN_KEYS[PlanChunks]
+    assert {PlanChunks.PASS_KEY, PlanChunks.SAMPLE_KEY, PlanChunks.MIXTURE_KEY} == OWN_KEYS[PlanChunks]
     assert {SplitBatches.SOURCE_KEY, SplitBatches.OFFSET_KEY} == OWN_KEYS[SplitBatches]
     assert {MapWorkers.SOURCE_KEY} == OWN_KEYS[MapWorkers]
 
@@ -107,7 +107,7 @@ def recomposed(corpus: Corpus, masks: bool, chunk: int, threads: int = 0) -> Loa
     """``PlanChunks → ReadWindows → PackMasks → SplitBatches`` in a torchdata Loader."""
     cfg = load_config(corpus.config(8, seed=21, packing={"masks": masks}))
     stream = SampleStream.from_config(cfg)
-    node: BaseNode[Any] = PlanChunks(stream.pass_length, RankSpec(1, 2, 3), chunk_batches=chunk)
+    node: BaseNode[Any] = PlanChunks(stream, RankSpec(1, 2, 3), chunk_batches=chunk)
     if threads:
         node = ParallelMapper(node, WindowReader(stream), num_workers=threads, method="thread")
         node = PackMasks(node, masks, corpus.eos_token_id)

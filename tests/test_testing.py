@@ -149,7 +149,7 @@ class SkippingLoader(StreamLoader):
 
     def load_state_dict(self, state: Any, **kwargs: Any) -> None:
         super().load_state_dict(state, **kwargs)
-        self._sample += self.rank.global_batch
+        self._cursor = self.stream.advance(self._cursor, 1, self.rank.global_batch)
 
 
 def test_catches_a_stream_loader_that_loses_a_batch(tmp_path: Path) -> None:

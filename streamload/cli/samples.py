@@ -37,7 +37,7 @@ def add_parser(sub: Any) -> None:
 
 
 def rank_positions(
-    start: int, count: int, rank: int, world_size: int, batch_size: int, pass_length: int
+    start: int, count: int, rank: int, world_size: int, batch_size: int, pass_length: int | None
 ) -> np.ndarray:
     """Global positions in ``[start, start + count)`` that ``rank`` receives, in its order.
 
@@ -49,7 +49,10 @@ def rank_positions(
         raise ConfigError(f"--rank {rank} must be in [0, {world_size}) and --batch-size >= 1")
     global_batch = world_size * batch_size
     positions = np.arange(start, start + count, dtype=np.int64)
-    delivered = positions < num_batches(pass_length, 0, global_batch) * global_batch
+    if pass_length is None:  # an endless mixture delivers every position
+        delivered = np.ones(positions.shape, dtype=bool)
+    else:
+        delivered = positions < num_batches(pass_length, 0, global_batch) * global_batch
     mine = (positions % global_batch) // batch_size == rank
     return positions[mine & delivered]
 
@@ -57,17 +60,21 @@ def rank_positions(
 def run(args: argparse.Namespace) -> int:
     """Write the samples; returns the exit code."""
     stream = SampleStream.from_config(load_config(args.config))
-    if args.start < 0 or args.count < 0 or args.start + args.count > stream.pass_length:
+    length = stream.pass_length
+    if (
+        args.start < 0
+        or args.count < 0
+        or (length is not None and args.start + args.count > length)
+    ):
         raise ConfigError(
-            f"--start {args.start} --count {args.count} is outside the pass of "
-            f"{stream.pass_length} samples"
+            f"--start {args.start} --count {args.count} is outside the pass of {length} samples"
         )
     positions = np.arange(args.start, args.start + args.count, dtype=np.int64)
     by_rank = (args.rank, args.world_size, args.batch_size)
     if any(v is not None for v in by_rank):
         if any(v is None for v in by_rank):
             raise ConfigError("--rank, --world-size and --batch-size go together")
-        positions = rank_positions(args.start, args.count, *by_rank, stream.pass_length)
+        positions = rank_positions(args.start, args.count, *by_rank, length)
     tokens, _ = stream.read(args.epoch, positions)
     np.save(args.out, tokens.astype(np.int64))
     print(f"wrote {tokens.shape[0]} samples x {tokens.shape[1]} tokens to {args.out}")

@@ -7,9 +7,9 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
+from streamload.chunks import ChunkPlan
 from streamload.errors import ConfigError
-from streamload.nodes.types import ChunkPlan
-from streamload.plan.partition import chunk_sample_ids, num_batches
+from streamload.stream import SampleStream, StreamCursor
 
 __all__ = ["PlanChunks", "RankSpec"]
 
@@ -43,53 +43,56 @@ class RankSpec:
 class PlanChunks(BaseNode[ChunkPlan]):
     """Yield chunks of up to ``chunk_batches`` consecutive batches of one rank, in order.
 
-    A pass ends with its last whole global batch (the partial remainder is dropped). After a
-    pass ends, ``reset(None)`` starts the next pass (like torchdata's ``SamplerWrapper``
-    advancing its epoch), so a ``torchdata.nodes.Loader`` walks pass after pass.
+    A pass ends with its last whole global batch (the partial remainder is dropped), or when
+    a mixture source's policy runs out. After a pass ends, ``reset(None)`` starts the next pass
+    (like torchdata's ``SamplerWrapper`` advancing its epoch), so a
+    ``torchdata.nodes.Loader`` walks pass after pass.
 
     State:
         ``pass``: the current pass; ``sample``: pass-relative sample where the next chunk
-        begins. Both are plain ints.
+        begins; ``mixture``: ``None``, or per-source counts and the schedule position.
     """
 
     PASS_KEY = "pass"
     SAMPLE_KEY = "sample"
+    MIXTURE_KEY = "mixture"
 
     def __init__(
-        self, pass_length: int, rank: RankSpec, chunk_batches: int, start: tuple[int, int] = (0, 0)
+        self,
+        stream: SampleStream,
+        rank: RankSpec,
+        chunk_batches: int,
+        start: StreamCursor | None = None,
     ) -> None:
         super().__init__()
         if chunk_batches < 1:
             raise ConfigError(f"chunk_batches = {chunk_batches} must be >= 1")
-        self.pass_length = pass_length
+        self.stream = stream
         self.rank = rank
         self.chunk_batches = chunk_batches
-        self.start = start
-        self._pass, self._sample = start
+        self.start = start or stream.start()
+        self._cursor = self.start
         self._started = False
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
-            self._pass = int(initial_state[self.PASS_KEY])
-            self._sample = int(initial_state[self.SAMPLE_KEY])
+            self._cursor = StreamCursor.from_state(initial_state)
         elif self._started:
-            self._pass, self._sample = self._pass + 1, 0
+            self._cursor = self.stream.next_pass(self._cursor)
         else:
-            self._pass, self._sample = self.start
+            self._cursor = self.start
         self._started = True
 
     def next(self) -> ChunkPlan:
         spec = self.rank
-        left = num_batches(self.pass_length, self._sample, spec.global_batch)
-        if left == 0:
-            raise StopIteration
-        count = min(self.chunk_batches, left)
-        ids = chunk_sample_ids(
-            self._sample, 0, count, spec.global_batch, spec.world_size, spec.rank
+        planned = self.stream.plan_chunk(
+            self._cursor, self.chunk_batches, spec.global_batch, spec.world_size, spec.rank
         )
-        self._sample += count * spec.global_batch
-        return ChunkPlan(self._pass, ids)
+        if planned is None:
+            raise StopIteration
+        plan, self._cursor = planned
+        return plan
 
     def get_state(self) -> dict[str, Any]:
-        return {self.PASS_KEY: self._pass, self.SAMPLE_KEY: self._sample}
+        return self._cursor.to_state()

@@ -16,17 +16,15 @@ class WindowReader:
 
     Args:
         stream: The sample stream.
-        documents: Also read document starts from the format's index (for packing masks).
+        documents: Also find document starts (the format's index, else EOS) for masks.
     """
 
     def __init__(self, stream: SampleStream, documents: bool = False) -> None:
         self.stream = stream
-        self.documents = documents and stream.has_documents
+        self.documents = documents
 
     def __call__(self, plan: ChunkPlan) -> TokenChunk:
-        tokens, starts = self.stream.read(plan.pass_index, plan.sample_ids)
-        doc_starts = self.stream.document_starts(starts) if self.documents else None
-        return TokenChunk(plan, tokens, starts, doc_starts)
+        return self.stream.read_chunk(plan, self.documents)
 
 
 class ReadWindows(MapStage[ChunkPlan, TokenChunk]):

@@ -33,6 +33,7 @@ import numpy as np
 __all__ = [
     "MixtureCursor",
     "Phase",
+    "advance_cursor",
     "allocate_batches",
     "batch_counts",
     "effective_weights",
@@ -118,6 +119,44 @@ class MixtureCursor:
         """The cursor before any batch."""
         zeros = (0,) * num_sources
         return cls(0, zeros, 0, zeros)
+
+
+def _counts_for(
+    phases: tuple[Phase, ...],
+    global_batch: int,
+    step: int,
+    phase_step: int,
+    drawn: np.ndarray,
+    phase_drawn: np.ndarray,
+) -> tuple[np.ndarray, int, np.ndarray]:
+    """Counts of batch ``step``, and the phase start (step, drawn) it is measured from."""
+    p = phase_at(phases, step)
+    if phases[p].start_step > phase_step:  # a new phase starts at this batch
+        phase_step, phase_drawn = phases[p].start_step, drawn.copy()
+    weights = np.asarray(phases[p].weights)
+    samples = (step - phase_step) * global_batch
+    return (
+        batch_counts(weights, global_batch, samples, drawn - phase_drawn),
+        phase_step,
+        phase_drawn,
+    )
+
+
+def advance_cursor(
+    phases: tuple[Phase, ...], global_batch: int, cursor: MixtureCursor, count: int
+) -> MixtureCursor:
+    """The cursor after ``count`` more global batches (counts only; no per-sample work)."""
+    drawn = np.array(cursor.drawn, dtype=np.int64)
+    phase_drawn = np.array(cursor.phase_drawn, dtype=np.int64)
+    phase_step = cursor.phase_step
+    for step in range(cursor.step, cursor.step + count):
+        counts, phase_step, phase_drawn = _counts_for(
+            phases, global_batch, step, phase_step, drawn, phase_drawn
+        )
+        drawn += counts
+    return MixtureCursor(
+        cursor.step + count, tuple(drawn.tolist()), phase_step, tuple(phase_drawn.tolist())
+    )
 
 
 def allocate_batches(

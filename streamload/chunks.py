@@ -1,0 +1,44 @@
+"""What flows between stages: a chunk's plan, and its tokens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ChunkPlan", "TokenChunk"]
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """A run of consecutive batches of one rank.
+
+    Args:
+        pass_index: The pass these samples belong to.
+        sample_ids: Pass-relative global sample ids, int64 ``[batches, batch_size]``.
+        sources: Source index of each sample, int16, same shape.
+        local_ids: Each sample's index in its source's own sequence, int64, same shape.
+    """
+
+    pass_index: int
+    sample_ids: np.ndarray
+    sources: np.ndarray
+    local_ids: np.ndarray
+
+
+@dataclass(frozen=True)
+class TokenChunk:
+    """The tokens of a chunk.
+
+    Args:
+        plan: The chunk plan.
+        tokens: ``[batches * batch_size, seq_len + 1]`` in the sources' common dtype.
+        starts: Stream offset of each window in its source, int64 ``[batches * batch_size]``.
+        doc_starts: Document starts ``[batches * batch_size, seq_len + 1]`` (from a format's
+            index or EOS), or ``None`` when masks are off.
+    """
+
+    plan: ChunkPlan
+    tokens: np.ndarray
+    starts: np.ndarray
+    doc_starts: np.ndarray | None = None

@@ -1,0 +1,132 @@
+"""One source's own endless sequence of samples: sample ``j`` → epoch ``j // n`` → window → tokens.
+
+Each epoch of a source is a fresh permutation of its ``n`` windows keyed by
+``(seed, epoch, source name)``, so a source that runs out simply continues with its next
+epoch, reshuffled, whatever the other sources do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamload.catalog import SourceCatalog
+from streamload.config import DataConfig, SourcePolicy
+from streamload.errors import ConfigError, FormatError
+from streamload.formats.registry import get_format
+from streamload.ops.gather import ShardSet
+from streamload.plan.passes import PassPlan
+from streamload.plan.windows import WindowLayout
+
+__all__ = ["SourceStream"]
+
+
+class SourceStream:
+    """Samples of one source, indexed by the source-local index ``j``.
+
+    Args:
+        config: The data config (seq_len, seed, sampling, vocabulary checks).
+        catalog: The described source.
+
+    Raises:
+        ConfigError: the source cannot serve this config (no whole window, a vocabulary or
+            EOS its dtype cannot hold, masks without any way to find documents).
+    """
+
+    def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
+        self.config = config
+        self.catalog = catalog
+        self.name = catalog.config.name
+        self.seq_len = config.seq_len
+        self.shards = ShardSet(catalog.shards)
+        counts = np.array([s.num_tokens for s in catalog.shards], dtype=np.int64)
+        self.layout = WindowLayout(counts, config.seq_len, config.sampling.cross_shard)
+        self._check()
+        self.order = PassPlan(
+            name=self.name,
+            num_windows=self.layout.num_windows,
+            seed=config.seed,
+            shuffle=config.sampling.shuffle,
+            num_samples=None,
+        )
+
+    @property
+    def num_windows(self) -> int:
+        """Windows in one epoch of this source."""
+        return self.layout.num_windows
+
+    @property
+    def limit(self) -> int | None:
+        """Samples this source may give before its policy ends the stream (``None``: endless)."""
+        src = self.catalog.config
+        if src.max_epochs is not None:
+            return src.max_epochs * self.num_windows
+        return self.num_windows if src.policy is SourcePolicy.STOP else None
+
+    @property
+    def has_documents(self) -> bool:
+        """Whether the shards' format records document boundaries (else EOS finds them)."""
+        return all(get_format(s.format).has_documents for s in self.catalog.shards)
+
+    def window_starts(self, local: np.ndarray) -> np.ndarray:
+        """Stream offsets of the windows of source-local sample indices (any shape)."""
+        ids = np.asarray(local, dtype=np.int64)
+        return self.layout.starts(self.order.window_ids(0, ids.ravel())).reshape(ids.shape)
+
+    def read(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens ``[n, seq_len + 1]`` (file dtype) and window stream offsets ``[n]``."""
+        starts = self.window_starts(np.asarray(local).ravel())
+        tokens = np.empty((starts.shape[0], self.seq_len + 1), dtype=self.shards.dtype)
+        self.shards.gather(starts, tokens)
+        self.check_tokens(tokens, starts)
+        return tokens, starts
+
+    def document_starts(self, starts: np.ndarray) -> np.ndarray:
+        """Document starts ``[n, seq_len + 1]`` from the format's index."""
+        return self.shards.document_starts(starts, self.seq_len + 1)
+
+    def check_tokens(self, tokens: np.ndarray, starts: np.ndarray) -> None:
+        """Raise if a token id is negative or ``>= vocab_size`` (one pass over the block)."""
+        vocab = self.config.vocab_size
+        if tokens.size == 0:
+            return
+        bad_high = vocab is not None and int(tokens.max()) >= vocab
+        bad_low = tokens.dtype.kind == "i" and int(tokens.min()) < 0
+        if not (bad_high or bad_low):
+            return
+        bad = (tokens >= vocab) if bad_high else (tokens < 0)
+        row, col = (int(v[0]) for v in np.nonzero(bad))
+        shard, offset = self.shards.locate(int(starts[row]) + col)
+        expected = f"< vocab_size = {vocab}" if bad_high else ">= 0"
+        path, value = self.shards.shards[shard].path, int(tokens[row, col])
+        raise FormatError(
+            f"{path}: token {offset} is {value}, expected {expected}; the data was tokenized "
+            "with another vocabulary or the dtype is wrong"
+        )
+
+    def _check(self) -> None:
+        name, cfg = self.name, self.config
+        if self.layout.num_windows == 0:
+            where = "any single shard" if not cfg.sampling.cross_shard else "the source"
+            raise ConfigError(
+                f"source {name!r}: {where} holds fewer than seq_len + 1 = {cfg.seq_len + 1} "
+                f"tokens ({self.catalog.num_tokens} tokens in {len(self.catalog.shards)} shards); "
+                "lower seq_len or add data"
+            )
+        top = np.iinfo(self.shards.dtype).max
+        first = self.catalog.shards[0].path
+        if cfg.vocab_size is not None and cfg.vocab_size - 1 > top:
+            raise ConfigError(
+                f"source {name!r}: vocab_size = {cfg.vocab_size} needs ids up to "
+                f"{cfg.vocab_size - 1} but {first} stores {self.shards.dtype} (max {top}); "
+                "the dtype or the vocabulary is wrong"
+            )
+        if cfg.eos_token_id is not None and cfg.eos_token_id > top:
+            raise ConfigError(
+                f"source {name!r}: eos_token_id = {cfg.eos_token_id} cannot occur in "
+                f"{self.shards.dtype} tokens (max {top}) of {first}"
+            )
+        if cfg.packing.masks and cfg.eos_token_id is None and not self.has_documents:
+            raise ConfigError(
+                f"source {name!r}: packing.masks = true, but its format has no document index; "
+                "set eos_token_id so documents can be found"
+            )
