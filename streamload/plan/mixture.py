@@ -26,6 +26,7 @@ cursors simply continue — no source skips or repeats data because weights chan
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,7 @@ __all__ = [
     "Phase",
     "advance_cursor",
     "allocate_batches",
+    "counts_for",
     "batch_counts",
     "effective_weights",
     "interleave",
@@ -78,16 +80,19 @@ def batch_counts(
     Returns:
         int64 ``[S]`` summing to B, each ``floor(w·B)`` or ``ceil(w·B)``.
     """
-    exact = weights * global_batch
-    base = np.floor(exact).astype(np.int64)
-    extra = global_batch - int(base.sum())
-    counts = base.copy()
+    # Plain Python floats: S is small and this runs once per global batch.
+    w = [float(x) for x in weights]
+    have = [int(x) for x in phase_drawn]
+    exact = [x * global_batch for x in w]
+    counts = [math.floor(x) for x in exact]
+    extra = global_batch - sum(counts)
     if extra > 0:
-        deficit = weights * (phase_samples + global_batch) - (phase_drawn + base)
-        candidates = np.flatnonzero(exact - base > 0)
-        order = candidates[np.argsort(-deficit[candidates], kind="stable")]
-        counts[order[:extra]] += 1
-    return counts
+        total = phase_samples + global_batch
+        candidates = [i for i, x in enumerate(exact) if x > counts[i]]
+        candidates.sort(key=lambda i: -(w[i] * total - (have[i] + counts[i])))  # stable: ties low
+        for i in candidates[:extra]:
+            counts[i] += 1
+    return np.array(counts, dtype=np.int64)
 
 
 def interleave(counts: np.ndarray) -> np.ndarray:
@@ -121,7 +126,7 @@ class MixtureCursor:
         return cls(0, zeros, 0, zeros)
 
 
-def _counts_for(
+def counts_for(
     phases: tuple[Phase, ...],
     global_batch: int,
     step: int,
@@ -150,7 +155,7 @@ def advance_cursor(
     phase_drawn = np.array(cursor.phase_drawn, dtype=np.int64)
     phase_step = cursor.phase_step
     for step in range(cursor.step, cursor.step + count):
-        counts, phase_step, phase_drawn = _counts_for(
+        counts, phase_step, phase_drawn = counts_for(
             phases, global_batch, step, phase_step, drawn, phase_drawn
         )
         drawn += counts
@@ -170,30 +175,36 @@ def allocate_batches(
     """
     drawn = np.array(cursor.drawn, dtype=np.int64)
     phase_drawn = np.array(cursor.phase_drawn, dtype=np.int64)
-    phase_step, step = cursor.phase_step, cursor.step
-    sources = np.empty((count, global_batch), dtype=np.int16)
-    local = np.empty((count, global_batch), dtype=np.int64)
+    phase_step = cursor.phase_step
+    counts = np.empty((count, drawn.shape[0]), dtype=np.int64)
+    before = np.empty_like(counts)
     for row in range(count):
-        p = phase_at(phases, step)
-        if phases[p].start_step > phase_step:  # a new phase starts at this batch
-            phase_step, phase_drawn = phases[p].start_step, drawn.copy()
-        weights = np.asarray(phases[p].weights)
-        counts = batch_counts(
-            weights, global_batch, (step - phase_step) * global_batch, drawn - phase_drawn
+        counts[row], phase_step, phase_drawn = counts_for(
+            phases, global_batch, cursor.step + row, phase_step, drawn, phase_drawn
         )
-        order = interleave(counts)
-        sources[row] = order
-        local[row] = _local_ids(order, drawn)
-        drawn += counts
-        step += 1
-    after = MixtureCursor(step, tuple(drawn.tolist()), phase_step, tuple(phase_drawn.tolist()))
+        before[row] = drawn
+        drawn = drawn + counts[row]
+    sources, local = _place(counts, before, global_batch)
+    after = MixtureCursor(
+        cursor.step + count, tuple(drawn.tolist()), phase_step, tuple(phase_drawn.tolist())
+    )
     return sources, local, after
 
 
-def _local_ids(order: np.ndarray, drawn: np.ndarray) -> np.ndarray:
-    """Source-local index of each position: the source's drawn count plus its rank in the batch."""
-    out = np.empty(order.shape, dtype=np.int64)
-    for s in np.unique(order).tolist():
-        where = np.flatnonzero(order == s)
-        out[where] = drawn[s] + np.arange(where.size)
-    return out
+def _place(
+    counts: np.ndarray, before: np.ndarray, global_batch: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Interleave every row at once: sort (row, (j + ½) / c, source) over all samples."""
+    rows, num_sources = counts.shape
+    flat = counts.ravel()
+    row = np.repeat(np.repeat(np.arange(rows), num_sources), flat)
+    source = np.repeat(np.tile(np.arange(num_sources), rows), flat)
+    starts = np.concatenate([[0], np.cumsum(flat)[:-1]])
+    j = np.arange(flat.sum()) - np.repeat(starts, flat)
+    key = (j + 0.5) / np.repeat(np.maximum(flat, 1), flat)
+    order = np.lexsort((source, key, row))
+    local = before[row, source] + j
+    return (
+        source[order].astype(np.int16).reshape(rows, global_batch),
+        local[order].reshape(rows, global_batch),
+    )
