@@ -137,6 +137,16 @@ class StreamLoader:
                 stacklevel=3,
             )
 
+    def close(self) -> None:
+        """Stop the workers now (they also stop when the loader is garbage-collected)."""
+        self._close()
+
+    def __enter__(self) -> StreamLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def __len__(self) -> int:
         """Batches per full pass for this rank.
 

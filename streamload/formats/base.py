@@ -203,13 +203,15 @@ class MemmapShard:
     def __init__(self, info: ShardInfo, bounds: np.ndarray | None = None) -> None:
         self.info = info
         local = check_size_unchanged(info.path, info.size)
+        # A plain ndarray view of the map: slicing it is ~3x cheaper than slicing the
+        # np.memmap subclass (the view keeps the map alive through its base).
         self._array = np.memmap(
             local,
             dtype=np.dtype(info.dtype),
             mode="r",
             offset=info.offset,
             shape=(info.num_tokens,),
-        )
+        ).view(np.ndarray)
         self._bounds = bounds
 
     def tokens(self, start: int, stop: int) -> np.ndarray:

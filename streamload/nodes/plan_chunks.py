@@ -43,7 +43,9 @@ class RankSpec:
 class PlanChunks(BaseNode[ChunkPlan]):
     """Yield chunks of up to ``chunk_batches`` consecutive batches of one rank, in order.
 
-    A pass ends with its last whole global batch (the partial remainder is dropped), or when
+    Chunks start small and double up to ``chunk_batches`` (1, 2, 4, …) so the first batch
+    arrives quickly after a start or a restore. A pass ends with its last whole global batch
+    (the partial remainder is dropped), or when
     a mixture source's policy runs out. After a pass ends, ``reset(None)`` starts the next pass
     (like torchdata's ``SamplerWrapper`` advancing its epoch), so a
     ``torchdata.nodes.Loader`` walks pass after pass.
@@ -73,6 +75,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
         self.start = start or stream.start()
         self._cursor = self.start
         self._started = False
+        self._size = 1
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -83,15 +86,18 @@ class PlanChunks(BaseNode[ChunkPlan]):
         else:
             self._cursor = self.start
         self._started = True
+        self._size = 1
 
     def next(self) -> ChunkPlan:
         spec = self.rank
+        size = min(self._size, self.chunk_batches)
         planned = self.stream.plan_chunk(
-            self._cursor, self.chunk_batches, spec.global_batch, spec.world_size, spec.rank
+            self._cursor, size, spec.global_batch, spec.world_size, spec.rank
         )
         if planned is None:
             raise StopIteration
         plan, self._cursor = planned
+        self._size = size * 2
         return plan
 
     def get_state(self) -> dict[str, Any]:

@@ -15,8 +15,9 @@ Batch = dict[str, torch.Tensor]
 class SplitBatches(BaseNode[Batch]):
     """Yield ``{k: v[i]}`` for each batch i of each chunk (views of the chunk's tensors).
 
-    Restoring re-reads the chunk in progress from its source state and skips the batches
-    already delivered — a recomputation from the last simple point, no buffer in the state.
+    Restoring re-reads from the source state before the chunk in progress and skips the
+    batches already delivered — a recomputation from the last simple point, no buffer in the
+    state.
 
     State:
         ``source``: the source state before the chunk in progress; ``offset``: batches of it
@@ -42,10 +43,14 @@ class SplitBatches(BaseNode[Batch]):
             return
         self.source.reset(initial_state[self.SOURCE_KEY])
         self._chunk_state = initial_state[self.SOURCE_KEY]
-        offset = int(initial_state[self.OFFSET_KEY])
-        if offset:
+        skip = int(initial_state[self.OFFSET_KEY])
+        # Batches are a pure function of the cursor, so they are skipped by count, whatever
+        # the chunk sizes are now (the planner may cut chunks differently after a restore).
+        while skip:
+            self._chunk_state = self.source.state_dict()
             self._chunk = next(self.source)
-            self._offset = offset
+            self._offset = min(skip, _num_batches(self._chunk))
+            skip -= self._offset
 
     def next(self) -> Batch:
         if self._chunk is None or self._offset >= _num_batches(self._chunk):
