@@ -1,0 +1,281 @@
+"""Steady-state tokens/s of ``streamload.build_loader`` beside a raw ``numpy.memmap`` baseline.
+
+Every case walks the same shuffled windows (the raw baseline and the peer get their stream
+offsets from ``SampleStream.window_starts`` for the loader's sample ids), skips a warm-up,
+then times a fixed number of input tokens. Cases run round-robin within each repeat, so
+background load on a shared machine spreads over all of them; the table shows medians.
+
+Cases:
+* ``raw``: per batch, one slice per window straight from the memmap into preallocated int64
+  ``input_ids``/``labels``, wrapped with ``torch.from_numpy`` (the floor of Python overhead).
+* ``streamload``: the full loader, masks off/on, 0 workers or 2 thread/process workers.
+* ``peer``: ``torch.utils.data.DataLoader`` over a map-style memmap dataset (one
+  ``__getitem__`` per sample, default collate), the typical hand-written loader.
+
+Example:
+    python benchmarks/throughput.py --repeats 5 --tokens 64e6
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from _common import (
+    add_common_args,
+    bench_config,
+    emit,
+    ensure_corpus,
+    int_list,
+    median,
+    str_list,
+)
+
+import streamload
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured configuration."""
+
+    kind: str  # "raw", "streamload" or "peer"
+    batch_size: int
+    masks: bool = False
+    num_workers: int = 0
+    worker_type: str = "thread"
+
+    @property
+    def label(self) -> str:
+        workers = f"{self.num_workers} {self.worker_type}" if self.num_workers else "0"
+        masks = "on" if self.masks else "off"
+        return f"{self.kind} b={self.batch_size} masks={masks} workers={workers}"
+
+
+class Windows:
+    """The measured windows: stream offsets in loader order, located in their shards."""
+
+    def __init__(self, paths: Sequence[str], starts: np.ndarray, seq_len: int) -> None:
+        self.paths = list(paths)
+        self.seq_len = seq_len
+        self.starts = starts
+        self._maps: list[np.ndarray] | None = None
+        sizes = [int(np.load(p, mmap_mode="r").shape[0]) for p in self.paths]
+        offsets = np.concatenate([[0], np.cumsum(sizes)])
+        self.shard = (np.searchsorted(offsets, starts, side="right") - 1).tolist()
+        self.local = (starts - offsets[self.shard]).tolist()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_maps": None}
+
+    def maps(self) -> list[np.ndarray]:
+        """The shards' memmaps (opened lazily, so each worker process opens its own)."""
+        if self._maps is None:
+            self._maps = [np.load(p, mmap_mode="r") for p in self.paths]
+        return self._maps
+
+    def window(self, i: int) -> np.ndarray:
+        """Window i's ``seq_len + 1`` tokens (a memmap view unless it straddles shards)."""
+        maps, sid, loc, width = self.maps(), self.shard[i], self.local[i], self.seq_len + 1
+        piece = maps[sid][loc : loc + width]
+        if piece.shape[0] < width:  # straddles two shards (rare)
+            piece = np.concatenate([piece, maps[sid + 1][: width - piece.shape[0]]])
+        return piece
+
+
+def raw_batches(windows: Windows, batch_size: int) -> Iterator[Batch]:
+    """The baseline: slice each window into preallocated int64 inputs and labels."""
+    length = windows.seq_len
+    for first in range(0, len(windows.shard) - batch_size + 1, batch_size):
+        inputs = np.empty((batch_size, length), dtype=np.int64)
+        labels = np.empty((batch_size, length), dtype=np.int64)
+        for row in range(batch_size):
+            piece = windows.window(first + row)
+            inputs[row] = piece[:-1]
+            labels[row] = piece[1:]
+        yield {"input_ids": torch.from_numpy(inputs), "labels": torch.from_numpy(labels)}
+
+
+class PeerDataset(torch.utils.data.Dataset[Batch]):
+    """A typical map-style dataset: one window per ``__getitem__``."""
+
+    def __init__(self, windows: Windows) -> None:
+        self.windows = windows
+
+    def __len__(self) -> int:
+        return len(self.windows.shard)
+
+    def __getitem__(self, index: int) -> Batch:
+        tokens = torch.from_numpy(self.windows.window(index).astype(np.int64))
+        return {"input_ids": tokens[:-1], "labels": tokens[1:]}
+
+
+def make_batches(
+    case: Case, config: dict[str, Any], windows: Windows
+) -> tuple[Iterator[Batch], Callable[[], None]]:
+    """The batch iterator of a case and how to stop it."""
+    if case.kind == "raw":
+        return raw_batches(windows, case.batch_size), lambda: None
+    if case.kind == "peer":
+        loader = torch.utils.data.DataLoader(
+            PeerDataset(windows), batch_size=case.batch_size, num_workers=case.num_workers
+        )
+        it = iter(loader)
+        return it, lambda: getattr(it, "_shutdown_workers", lambda: None)()
+    options = streamload.LoaderOptions(worker_type=case.worker_type)
+    stream_loader = streamload.build_loader(
+        config, batch_size=case.batch_size, num_workers=case.num_workers, options=options
+    )
+    # StreamLoader has no public close(); stop its workers so the next case runs alone.
+    return iter(stream_loader), stream_loader._close
+
+
+def touch(batch: Batch) -> None:
+    """Read one element per 4 KiB page of every tensor, as a consumer copying it would."""
+    for value in batch.values():
+        flat = value.view(-1)
+        flat[:: max(1, 4096 // flat.element_size())].sum()
+
+
+def measure(
+    case: Case, config: dict[str, Any], windows: Windows, args: argparse.Namespace
+) -> float:
+    """Tokens/s of one case after the warm-up."""
+    batch_tokens = case.batch_size * args.seq_len
+    warmup = math.ceil(args.warmup_tokens / batch_tokens)
+    measured = math.ceil(args.tokens / batch_tokens)
+    batches, close = make_batches(case, config, windows)
+    try:
+        for _ in range(warmup):
+            next(batches)
+        start = time.perf_counter()
+        for _ in range(measured):
+            batch = next(batches)
+            if args.touch:
+                touch(batch)
+        elapsed = time.perf_counter() - start
+    finally:
+        close()
+    return measured * batch_tokens / elapsed
+
+
+def make_cases(args: argparse.Namespace) -> list[Case]:
+    """Raw, loader and peer cases for each batch size."""
+    cases: list[Case] = []
+    workers = [(0, "thread"), *[(w, t) for w in args.num_workers if w for t in args.worker_types]]
+    for b in args.batch_sizes:
+        cases.append(Case("raw", b))
+        for masks in args.masks:
+            cases += [Case("streamload", b, masks, w, t) for w, t in workers]
+        if args.peer and b in args.peer_batch_sizes:
+            cases += [Case("peer", b, False, w, "process") for w in args.num_workers]
+    return cases
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_common_args(parser)
+    parser.add_argument("--corpus-tokens", type=float, default=1e8, help="corpus size")
+    parser.add_argument("--tokens", type=float, default=64e6, help="measured input tokens")
+    parser.add_argument("--warmup-tokens", type=float, default=16e6, help="skipped tokens")
+    parser.add_argument("--batch-sizes", type=int_list, default=[8, 32])
+    parser.add_argument("--num-workers", type=int_list, default=[0, 2])
+    parser.add_argument("--worker-types", type=str_list, default=["thread", "process"])
+    parser.add_argument(
+        "--masks",
+        type=lambda t: [v == "on" for v in t.split(",")],
+        default=[False, True],
+        help="off,on",
+    )
+    parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--peer-batch-sizes", type=int_list, default=[8])
+    parser.add_argument(
+        "--touch",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="read one element per page of each delivered tensor (fault shared pages in)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    args.repeats = max(1, args.repeats)
+    paths = ensure_corpus(args.data_dir, int(args.corpus_tokens), args.shard_tokens)
+    cases = make_cases(args)
+    # One pass covers warm-up, measurement and the chunks prefetched beyond them; a multiple
+    # of every batch size, so no pass ends with a dropped partial batch (and no warning).
+    most = max(
+        (args.tokens + args.warmup_tokens) / args.seq_len + 4 * 64 * b for b in args.batch_sizes
+    )
+    step = int(np.lcm.reduce(args.batch_sizes))
+    samples = math.ceil(most / step) * step
+    config = bench_config(paths, seq_len=args.seq_len, num_samples=samples)
+    stream = streamload.SampleStream.from_config(streamload.load_config(config))
+    windows = Windows(paths, stream.window_starts(0, np.arange(samples)), args.seq_len)
+    rates: dict[Case, list[float]] = {c: [] for c in cases}
+    for rep in range(args.repeats):
+        for case in cases:
+            cfg = bench_config(paths, seq_len=args.seq_len, masks=case.masks, num_samples=samples)
+            rates[case].append(measure(case, cfg, windows, args))
+            print(
+                f"[{rep + 1}/{args.repeats}] {case.label}: {rates[case][-1] / 1e6:.1f} Mtok/s",
+                file=sys.stderr,
+            )
+    emit(args, "Throughput", table_rows(cases, rates), COLUMNS, notes(args, paths))
+
+
+COLUMNS = [
+    ("case", "case", ""),
+    ("batch_size", "batch", "d"),
+    ("masks", "masks", ""),
+    ("workers", "workers", ""),
+    ("mtok_s", "Mtok/s (median)", ".1f"),
+    ("range", "min-max", ""),
+    ("ratio", "ratio to raw", ".2f"),
+]
+
+
+def table_rows(cases: Sequence[Case], rates: dict[Case, list[float]]) -> list[dict[str, Any]]:
+    """One row per case: median tokens/s and the ratio to the raw baseline of its batch size."""
+    raw = {c.batch_size: median(rates[c]) for c in cases if c.kind == "raw"}
+    rows = []
+    for case in cases:
+        values = rates[case]
+        rows.append(
+            {
+                "case": case.kind,
+                "batch_size": case.batch_size,
+                "masks": "on" if case.masks else "off",
+                "workers": f"{case.num_workers} {case.worker_type}" if case.num_workers else "0",
+                "mtok_s": median(values) / 1e6,
+                "range": f"{min(values) / 1e6:.0f}-{max(values) / 1e6:.0f}",
+                "ratio": median(values) / raw[case.batch_size] if case.batch_size in raw else None,
+                "runs_tok_s": [round(v) for v in values],
+            }
+        )
+    return rows
+
+
+def notes(args: argparse.Namespace, paths: Sequence[str]) -> list[str]:
+    return [
+        f"Corpus: {len(paths)} NPY shard(s), {len(paths) * args.shard_tokens:.3g} uint32 tokens, "
+        f"seq_len {args.seq_len}, shuffle on; page cache warm.",
+        f"Per case: {args.warmup_tokens:.3g} warm-up tokens skipped, {args.tokens:.3g} input "
+        f"tokens timed; median of {args.repeats} round-robin repeats"
+        + ("; each delivered tensor is touched once per 4 KiB page." if args.touch else "."),
+        "Ratio = median tokens/s / median of the raw baseline at the same batch size (the raw "
+        "baseline builds no masks, so masks=on rows include the cost of the masks).",
+    ]
+
+
+if __name__ == "__main__":
+    main()
