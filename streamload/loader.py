@@ -236,13 +236,21 @@ class StreamLoader:
             "ended_by": self.stream.ended_by,
         }
 
+    def _batch_bytes(self) -> int:
+        """Upper bound of one batch's tensors in bytes (inputs, labels, index, masks)."""
+        b, length = self.rank.batch_size, self.stream.seq_len
+        size = 16 * b * length + 8 * b
+        if self.stream.config.packing.masks:
+            size += 16 * b * length + 4 * b * (length + 1) + 4 * b
+        return size + 64 * 8  # alignment of up to 8 tensors
+
+    def _chunk_bytes(self) -> int:
+        return self._chunk_batches() * self._batch_bytes() + 64 * 8
+
     def _chunk_batches(self) -> int:
         if self.options.chunk_batches is not None:
             return self.options.chunk_batches
-        per_batch = self.rank.batch_size * (self.stream.seq_len + 1) * 8 * 2
-        if self.stream.config.packing.masks:
-            per_batch *= 3
-        return max(1, min(MAX_CHUNK_BATCHES, CHUNK_BYTES // per_batch))
+        return max(1, min(MAX_CHUNK_BATCHES, CHUNK_BYTES // self._batch_bytes()))
 
     def _build_chain(self) -> BaseNode[Batch]:
         cfg = self.stream.config
@@ -262,6 +270,7 @@ class StreamLoader:
                 method=self.options.worker_type.value,
                 max_inflight=self.num_workers + self.options.prefetch,
                 mp_context=self.options.multiprocessing_context,
+                slot_bytes=self._chunk_bytes(),
             )
         node = SplitBatches(node)
         if self.options.pin_memory and torch.cuda.is_available():

@@ -15,15 +15,18 @@ shared memory instead of pickling their bytes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import queue
 import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+import torch
 import torch.multiprocessing as tmp
 from torchdata.nodes import BaseNode
 
 from streamload.errors import StreamloadError
+from streamload.nodes._slots import SlotRef, read_slot, write_slot
 
 __all__ = ["MapWorkers", "WorkerDied"]
 
@@ -39,7 +42,9 @@ class WorkerDied(StreamloadError):
     """A loader worker process exited without finishing its work."""
 
 
-def _worker_loop(fn: Callable[[Any], Any], tasks: Any, results: Any, release: Any) -> None:
+def _worker_loop(
+    fn: Callable[[Any], Any], tasks: Any, results: Any, release: Any, slots: list[Any]
+) -> None:
     while True:
         task = tasks.get()
         if task is None:
@@ -48,9 +53,9 @@ def _worker_loop(fn: Callable[[Any], Any], tasks: Any, results: Any, release: An
             # exits, so it stays until the consumer has received everything.
             release.wait(_SHUTDOWN_SECONDS)
             return
-        seq, item = task
+        seq, item, slot = task
         try:
-            results.put((seq, fn(item), None))
+            results.put((seq, write_slot(fn(item), slots, slot), None))
         except BaseException as exc:
             results.put((seq, None, exc))
 
@@ -65,6 +70,9 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         method: ``"thread"`` or ``"process"``.
         max_inflight: Items submitted but not yet delivered (default ``2 * num_workers``).
         mp_context: ``fork``/``spawn``/``forkserver`` for processes (default: torch's).
+        slot_bytes: For processes: size of each reused shared-memory result slot (see
+            :mod:`streamload.nodes._slots`); results that are dicts of tensors and fit are
+            handed over through a slot. 0 disables slots.
 
     State:
         ``source``: the source's state right after the last delivered item was drawn from it
@@ -81,6 +89,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         method: str = "thread",
         max_inflight: int | None = None,
         mp_context: str | None = None,
+        slot_bytes: int = 0,
     ) -> None:
         super().__init__()
         if num_workers < 1 or method not in ("thread", "process"):
@@ -91,6 +100,9 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         self.method = method
         self.max_inflight = max_inflight or 2 * num_workers
         self.mp_context = mp_context
+        self.slot_bytes = slot_bytes if method == "process" else 0
+        self._slots: list[Any] = []
+        self._free: list[int] = []
         self._workers: list[Any] = []
         self._tasks: Any = None
         self._results: Any = None
@@ -117,6 +129,8 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         if error is not None:
             self._shutdown()
             raise error
+        if isinstance(value, SlotRef):
+            value = read_slot(value, self._slots, functools.partial(self._free.append, value.slot))
         self._state = self._states.pop(self._delivered)
         self._delivered += 1
         return value
@@ -135,10 +149,15 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             self._tasks, self._results = ctx.Queue(), ctx.Queue()
             self._release = ctx.Event()
             make = ctx.Process
+            if self.slot_bytes and not self._slots:
+                count = self.max_inflight + 1  # in flight, plus the chunk being consumed
+                self._slots = [torch.empty(self.slot_bytes, dtype=torch.uint8).share_memory_()
+                               for _ in range(count)]  # fmt: skip
+            self._free = list(range(len(self._slots)))
         for index in range(self.num_workers):
             worker = make(
                 target=_worker_loop,
-                args=(self.fn, self._tasks, self._results, self._release),
+                args=(self.fn, self._tasks, self._results, self._release, self._slots),
                 name=f"streamload-worker-{index}",
                 daemon=True,
             )
@@ -153,7 +172,8 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
                 self._exhausted = True
                 return
             self._states[self._submitted] = self.source.state_dict()
-            self._tasks.put((self._submitted, item))
+            slot = self._free.pop() if self._free else None
+            self._tasks.put((self._submitted, item, slot))
             self._submitted += 1
 
     def _receive(self) -> None:
@@ -165,6 +185,8 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
                 continue
             if message != _DONE:
                 seq, value, error = message
+                if error is not None and isinstance(value, SlotRef):  # pragma: no cover
+                    self._free.append(value.slot)
                 self._ready[seq] = (value, error)
                 return
 
