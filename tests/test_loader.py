@@ -324,3 +324,15 @@ def test_len_is_batches_per_pass(positions: Corpus, world: int, b: int, num_samp
         assert len(loader) == pass_length // (world * b)
         assert sum(1 for _ in loader) == len(loader)
         assert sum(1 for _ in loader) == len(loader)
+
+
+@pytest.mark.parametrize("masks", [False, True])
+def test_process_worker_batches_own_their_memory(docs: Corpus, masks: bool) -> None:
+    """Chunks come back through reused shared slots; kept batches must not change later."""
+    cfg = docs.config(8, seed=5, packing={"masks": masks})
+    expected = list(make(cfg, 3))
+    loader = make(cfg, 3, nw=2, worker_type="process", chunk_batches=2, prefetch=0)
+    kept = list(loader)  # many chunks through 3 slots: a later chunk reuses every slot
+    assert_batches_equal(expected, kept, "process workers")
+    for batch in kept:
+        assert all(t.untyped_storage().nbytes() == t.nbytes for t in batch.values())
