@@ -3,10 +3,19 @@
 The width is not stored in the file, so it comes from the config or from a tatm
 ``metadata.yaml`` beside the file; it is never guessed from the file size (KempnerForge's
 ``size % 4`` rule silently misreads half of all uint16 files, FORMATS §5.1).
+
+tatm zero tails: ``tatm tokenize`` pre-allocates every ``.bin`` and never truncates it, so each
+file ends in a run of token-0 padding (FORMATS §5.2). When a tatm ``metadata.yaml`` declares
+the folder's dtype (``ReadOptions.meta_dtype`` is set), the trailing run of zero tokens is
+found by reading the file backwards from its end and is excluded from the shard, with a
+warning naming the file and the count. Nothing distinguishes padding from real tokens, so a
+document that truly ends in token id 0 (e.g. an EOS of id 0) loses that final 0 too.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from typing import Any
 
 import numpy as np
@@ -21,9 +30,21 @@ from streamload.formats.base import (
     check_token_dtype,
 )
 
-__all__ = ["FORMAT", "TATM_METADATA", "RawFormat", "describe_raw", "raw_dtype", "tatm_dtype"]
+__all__ = [
+    "FORMAT",
+    "TATM_METADATA",
+    "RawFormat",
+    "describe_raw",
+    "raw_dtype",
+    "tatm_dtype",
+    "zero_tail_tokens",
+]
 
 TATM_METADATA = "metadata.yaml"
+
+_FIRST_TAIL_BLOCK = 1 << 16
+_MAX_TAIL_BLOCK = 1 << 26
+"""Bytes read per step when scanning a tail backwards (doubling from the first size)."""
 
 
 def tatm_dtype(metadata_text: str, metadata_path: str) -> str | None:
@@ -77,6 +98,27 @@ def describe_raw(path: str, relpath: str, size: int, dtype: str, why: str = "") 
     return ShardInfo(path, relpath, size, "raw", np_dtype.str, 0, size // np_dtype.itemsize)
 
 
+def zero_tail_tokens(fs: Any, path: str, size: int, itemsize: int) -> int:
+    """Tokens of value 0 at the end of a headerless file of ``size`` bytes.
+
+    Reads backwards from the end in blocks that double from 64 KiB to 64 MiB, so a file with a
+    short tail costs one small read and a long tail is scanned at disk speed; each block is
+    checked in C (``bytes.rstrip``). A token is zero when all its bytes are.
+    """
+    zero_bytes, end, block = 0, size - size % itemsize, _FIRST_TAIL_BLOCK
+    with fs.open(path, "rb") as fh:
+        while end > 0:
+            start = max(0, end - block - (end - block) % itemsize)
+            fh.seek(start)
+            data = fh.read(end - start)
+            kept = len(data.rstrip(b"\0"))
+            zero_bytes += len(data) - kept
+            if kept:
+                break
+            end, block = start, min(2 * block, _MAX_TAIL_BLOCK)
+    return zero_bytes // itemsize
+
+
 class RawFormat:
     """Flat little-endian tokens with no header (the fallback of ``format = "auto"``)."""
 
@@ -93,7 +135,19 @@ class RawFormat:
             else "a headerless token file"
         )
         dtype = raw_dtype(file.path, options)
-        return describe_raw(file.path, file.relpath, file.size, dtype, why)
+        info = describe_raw(file.path, file.relpath, file.size, dtype, why)
+        if options.meta_dtype is None:
+            return info
+        tail = zero_tail_tokens(fs, file.path, file.size, np.dtype(info.dtype).itemsize)
+        if tail:
+            warnings.warn(
+                f"{file.path}: excluded {tail} trailing zero tokens (the zero padding tatm "
+                f"leaves at the end of its files; {TATM_METADATA} beside it marks it as tatm "
+                "output); a real final token 0 cannot be told apart and is excluded too",
+                stacklevel=2,
+            )
+        meta = {**info.meta, "zero_tail": tail}
+        return dataclasses.replace(info, num_tokens=info.num_tokens - tail, meta=meta)
 
     def open(self, info: ShardInfo) -> TokenShard:
         return MemmapShard(info)

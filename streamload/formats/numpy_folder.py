@@ -1,0 +1,127 @@
+"""Write a folder of real NumPy ``.npy`` token shards (KempnerForge / nanoGPT style).
+
+Shards are ``{prefix}00000.npy``, ``{prefix}00001.npy``, … each holding exactly
+``max_tokens_per_shard`` tokens except the last: the documents are one token stream cut at
+fixed sizes, so a document may continue in the next shard (documents are then found by EOS).
+Each file is what ``numpy.save`` writes for the same 1-D array, byte for byte.
+
+Streaming: a shard's header is written first for an empty array and rewritten in place with
+the final shape at close. numpy pads every header so the length of the shape can grow to 21
+digits without moving the data (``GROWTH_AXIS_MAX_DIGITS``), so the final header has the same
+length; it is checked, never assumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from typing import Any, BinaryIO
+
+import numpy as np
+from numpy.lib import format as npformat
+
+from streamload.formats._atomic import atomic_output
+from streamload.formats._writer_input import as_document, token_dtype
+
+__all__ = ["NumpyShardWriter"]
+
+
+def _npy_header(dtype: np.dtype, count: int) -> bytes:
+    """The header ``numpy.save`` writes for a 1-D C-order array of ``count`` items."""
+    fields = {"descr": npformat.dtype_to_descr(dtype), "fortran_order": False, "shape": (count,)}
+    buf = io.BytesIO()
+    npformat.write_array_header_1_0(buf, fields)
+    return buf.getvalue()
+
+
+class NumpyShardWriter:
+    """Stream documents into NPY shards of a fixed size.
+
+    Args:
+        folder: Output folder (created if missing).
+        dtype: Token dtype of every shard.
+        max_tokens_per_shard: Tokens per shard; only the last shard may hold fewer.
+        prefix: File name prefix; shard ``i`` is ``{prefix}{i:05d}.npy``.
+
+    Each shard is written under a temporary name and renamed when full (or at ``close()``),
+    so an interrupted run leaves only complete shards. No documents: no files. Use as a
+    context manager; an exception inside the block discards the shard being written.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        dtype: Any,
+        max_tokens_per_shard: int,
+        prefix: str = "shard_",
+    ) -> None:
+        self.folder = os.fspath(folder)
+        self._dtype = token_dtype(dtype, self.folder)
+        if isinstance(max_tokens_per_shard, bool) or max_tokens_per_shard < 1:
+            raise ValueError(
+                f"{self.folder}: max_tokens_per_shard = {max_tokens_per_shard} must be >= 1"
+            )
+        self._max = int(max_tokens_per_shard)
+        self._prefix = prefix
+        self._header = _npy_header(self._dtype, 0)
+        self._stack: contextlib.ExitStack | None = None
+        self._file: BinaryIO | None = None
+        self._count = 0
+        self._documents = 0
+        self._closed = False
+        self.paths: list[str] = []
+        """Shards written so far (the last one is complete once closed)."""
+
+    def _start(self) -> BinaryIO:
+        path = os.path.join(self.folder, f"{self._prefix}{len(self.paths):05d}.npy")
+        self._stack = contextlib.ExitStack()
+        tmp = self._stack.enter_context(atomic_output(path))
+        self._file = self._stack.enter_context(open(tmp, "wb"))  # noqa: SIM115
+        self._file.write(self._header)
+        self._count = 0
+        self.paths.append(path)
+        return self._file
+
+    def _finish(self) -> None:
+        if self._stack is None or self._file is None:
+            return
+        header = _npy_header(self._dtype, self._count)
+        if len(header) != len(self._header):  # pragma: no cover - numpy pads for growth
+            raise RuntimeError(f"{self.paths[-1]}: NPY header length changed with the shape")
+        self._file.seek(0)
+        self._file.write(header)
+        stack, self._stack, self._file = self._stack, None, None
+        stack.close()
+
+    def add_document(self, tokens: Any) -> None:
+        """Append one document's tokens to the stream (an empty document adds nothing)."""
+        where = f"{self.folder}: document {self._documents}"
+        doc = as_document(tokens, self._dtype, where)
+        self._documents += 1
+        done = 0
+        while done < doc.size:
+            fh = self._file if self._file is not None else self._start()
+            take = min(doc.size - done, self._max - self._count)
+            fh.write(doc[done : done + take].tobytes())
+            self._count += take
+            done += take
+            if self._count == self._max:
+                self._finish()
+
+    def close(self) -> None:
+        """Finish the last shard and move it into place."""
+        if not self._closed:
+            self._closed = True
+            self._finish()
+
+    def __enter__(self) -> NumpyShardWriter:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if exc[0] is None:
+            self.close()
+        elif not self._closed:
+            self._closed = True
+            if self._stack is not None:
+                self._stack.__exit__(*exc)
