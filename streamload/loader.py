@@ -326,5 +326,11 @@ def build_loader(
     """
     cfg = load_config(config)
     r, w = resolve_data_parallel(rank, world_size, mesh)
+    spec = RankSpec(r, w, batch_size)
+    if cfg.global_batch_size is not None and cfg.global_batch_size != spec.global_batch:
+        raise ConfigError(  # before any listing or header read
+            f"global_batch_size = {cfg.global_batch_size} in the config, but world_size {w}"
+            f" x batch_size {batch_size} = {spec.global_batch}"
+        )
     stream = SampleStream.from_config(cfg)
-    return StreamLoader(stream, RankSpec(r, w, batch_size), num_workers, options)
+    return StreamLoader(stream, spec, num_workers, options)

@@ -281,8 +281,10 @@ class SampleStream:
             "data": {s.name: s.catalog.fingerprint() for s in self.sources},
         }
         if self.is_mixture:
+            # Phases used by a delivered batch (the last one is step - 1): a phase may still be
+            # added at the very step where the state was saved.
             step = cursor.mixture.step if cursor is not None and cursor.mixture else 0
-            started = self.phases[: phase_at(self.phases, step) + 1]
+            started = self.phases[: phase_at(self.phases, max(step - 1, 0)) + 1]
             out["schedule"] = [[p.start_step, list(p.weights)] for p in started]
         return out
 

@@ -139,12 +139,10 @@ def counts_for(
     if phases[p].start_step > phase_step:  # a new phase starts at this batch
         phase_step, phase_drawn = phases[p].start_step, drawn.copy()
     weights = np.asarray(phases[p].weights)
-    samples = (step - phase_step) * global_batch
-    return (
-        batch_counts(weights, global_batch, samples, drawn - phase_drawn),
-        phase_step,
-        phase_drawn,
-    )
+    since = drawn - phase_drawn
+    # Samples since the phase began, counted (not step * B): B may change on a resume.
+    samples = int(since.sum())
+    return batch_counts(weights, global_batch, samples, since), phase_step, phase_drawn
 
 
 def advance_cursor(
@@ -199,7 +197,7 @@ def _place(
     flat = counts.ravel()
     row = np.repeat(np.repeat(np.arange(rows), num_sources), flat)
     source = np.repeat(np.tile(np.arange(num_sources), rows), flat)
-    starts = np.concatenate([[0], np.cumsum(flat)[:-1]])
+    starts = np.cumsum(flat) - flat
     j = np.arange(flat.sum()) - np.repeat(starts, flat)
     key = (j + 0.5) / np.repeat(np.maximum(flat, 1), flat)
     order = np.lexsort((source, key, row))
