@@ -92,6 +92,25 @@ def worker(phase: str, config: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+def mesh_worker(config: str, out: str) -> None:
+    """One rank of a 2 (dp) x 2 (tp) DeviceMesh: the loader gets its DP rank from ``mesh["dp"]``."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo", init_method="env://")
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    loader = build_loader(config, batch_size=GLOBAL_BATCH // 2, mesh=mesh["dp"])
+    batches = []
+    for batch in loader:
+        batches.append({key: value.clone() for key, value in batch.items()})
+        if len(batches) == SAVE_AFTER:
+            break
+    info = {"dp": mesh["dp"].get_local_rank(), "tp": mesh["tp"].get_local_rank()}
+    torch.save((info, batches), Path(out) / f"mesh_rank{dist.get_rank()}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def gather_files(folder: Path, phase: str, world: int) -> list[dict[str, torch.Tensor]]:
     """Global batches from the per-rank batch files of one phase."""
     per_rank = [torch.load(folder / f"{phase}_rank{r}.pt") for r in range(world)]
@@ -118,5 +137,29 @@ def test_save_on_four_ranks_resume_on_two(tmp_path: Path) -> None:
     assert_batches_equal(reference[SAVE_AFTER:], resumed, "resumed on 2 ranks")
 
 
+@pytest.mark.slow
+def test_tensor_parallel_peers_get_identical_batches(tmp_path: Path) -> None:
+    """A 2x2 (dp, tp) DeviceMesh: tp peers share a DP rank and so get the same batches."""
+    corpus = write_shards(tmp_path / "data", [300, 200])
+    config = tmp_path / "data.json"
+    config.write_text(json.dumps(corpus.config(8, seed=5)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = collect_global_batches([build_loader(config, batch_size=GLOBAL_BATCH)])
+    launch("mesh", 4, config, tmp_path)
+    by_dp: dict[int, list] = {}
+    for rank in range(4):
+        info, batches = torch.load(tmp_path / f"mesh_rank{rank}.pt")
+        by_dp.setdefault(info["dp"], []).append(batches)
+    assert sorted(by_dp) == [0, 1]
+    for dp, (first, second) in by_dp.items():
+        assert_batches_equal(first, second, f"tp peers of dp rank {dp}")
+    merged = collect_global_batches([by_dp[0][0], by_dp[1][0]])
+    assert_batches_equal(reference[:SAVE_AFTER], merged, "dp ranks of the mesh")
+
+
 if __name__ == "__main__":
-    worker(*sys.argv[1:4])
+    if sys.argv[1] == "mesh":
+        mesh_worker(*sys.argv[2:4])
+    else:
+        worker(*sys.argv[1:4])
