@@ -327,6 +327,8 @@ def build_loader(
     cfg = load_config(config)
     r, w = resolve_data_parallel(rank, world_size, mesh)
     spec = RankSpec(r, w, batch_size)
+    if num_workers < 0:
+        raise ConfigError(f"num_workers = {num_workers} must be >= 0")
     if cfg.global_batch_size is not None and cfg.global_batch_size != spec.global_batch:
         raise ConfigError(  # before any listing or header read
             f"global_batch_size = {cfg.global_batch_size} in the config, but world_size {w}"
