@@ -3,8 +3,9 @@
 Order rule (part of the data fingerprint): each ``path`` entry is expanded on its own and the
 entries are concatenated in config order. A folder lists its token files (non-recursively)
 and a glob its matches; both are sorted lexicographically by the full path string, as
-KempnerForge does (``tokenized_10.bin`` sorts before ``tokenized_2.bin``). A single file is
-itself. Only listing and header bytes are read here, never token data.
+KempnerForge does (``tokenized_10.bin`` sorts before ``tokenized_2.bin``); hidden files
+(``.name``) are skipped. A single file is itself. Only listing and header bytes are read
+here, never token data.
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ def list_source_files(source: SourceConfig) -> tuple[Any, list[ListedFile]]:
 
 
 def _is_file(fs: Any, info: dict[str, Any]) -> bool:
+    if posixpath.basename(info["name"]).startswith("."):
+        return False  # hidden: temporary outputs of interrupted writers, editor files
     # fsspec reports symlinks as type "other"/"link"; follow them.
     kind = info.get("type")
     return kind == "file" or (kind in ("other", "link") and fs.isfile(info["name"]))

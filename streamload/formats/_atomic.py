@@ -1,6 +1,7 @@
 """Atomic file output: write under a temporary name beside the target, rename when complete.
 
-An interrupted writer leaves only a ``.tmp-*`` file that no reader lists as a shard.
+An interrupted writer leaves only a hidden ``.NAME.XXXX.tmp`` file that no listing takes for a
+shard (listings skip hidden files, and ``.tmp`` is no token suffix).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     target = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(target))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix="-" + os.path.basename(target), dir=folder)
+    # ".name.XXXX.tmp": hidden, and no token suffix, so no listing takes it for a shard
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
         yield tmp
