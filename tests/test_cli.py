@@ -133,3 +133,20 @@ def test_plan_reports_realized_shares(tmp_path: Path, capsys) -> None:
 def test_demo_resumes_exactly(tmp_path: Path, capsys) -> None:
     assert main(["demo", "--dir", str(tmp_path), "--num-workers", "2"]) == 0
     assert "exact resume OK" in capsys.readouterr().out
+
+
+def test_merge_megatron_is_byte_identical_to_add_index(tmp_path: Path) -> None:
+    tiny = str(DATA / "megatron" / "tiny_text_document")
+    assert main(["merge", tiny, tiny, str(tmp_path / "m")]) == 0
+    for suffix in (".bin", ".idx"):
+        want = (DATA / "megatron" / f"merged{suffix}").read_bytes()
+        assert (tmp_path / f"m{suffix}").read_bytes() == want
+
+
+def test_merge_datatrove_keeps_every_document(tmp_path: Path, capsys) -> None:
+    ds = str(DATA / "datatrove" / "tiny_00000_unshuffled.ds")
+    assert main(["merge", ds, ds, str(tmp_path / "d.ds")]) == 0
+    capsys.readouterr()
+    assert main(["docs", str(tmp_path / "d.ds"), "--count", "10", "--json"]) == 0
+    docs = [[7, 8, 9, 0], [12, 13, 0], [22, 23, 24, 25, 26, 0], [32, 0]]
+    assert json.loads(capsys.readouterr().out) == {"documents": docs + docs}
