@@ -74,15 +74,29 @@ def scan_tokens(shard: TokenShard, eos_token_id: int | None = None) -> TokenStat
     """One vectorized pass over all tokens: id range, EOS count, length of the zero tail."""
     stats = TokenStats(num_tokens=shard.info.num_tokens)
     total = stats.num_tokens
+    signed = np.dtype(shard.info.dtype).kind == "i"
     for start in range(0, total, BLOCK_TOKENS):
         block = np.asarray(shard.tokens(start, min(total, start + BLOCK_TOKENS)))
-        lo, hi = int(block.min()), int(block.max())
+        hi = int(block.max())
+        lo = int(block.min()) if signed else 0
         stats.min_id = lo if stats.min_id is None else min(stats.min_id, lo)
         stats.max_id = hi if stats.max_id is None else max(stats.max_id, hi)
         if eos_token_id is not None:
             stats.eos_count += int(np.count_nonzero(block == eos_token_id))
-        nonzero = np.flatnonzero(block)
-        stats.zero_tail = (
-            stats.zero_tail + block.size if nonzero.size == 0 else block.size - 1 - int(nonzero[-1])
-        )
+        tail = _zero_run(block)
+        stats.zero_tail = stats.zero_tail + tail if tail == block.size else tail
     return stats
+
+
+def _zero_run(block: np.ndarray) -> int:
+    """Length of the run of 0 tokens at the end of ``block`` (cheap when it ends non-zero)."""
+    end = block.size
+    step = 4096
+    while end > 0:
+        piece = block[max(0, end - step) : end]
+        nonzero = np.flatnonzero(piece)
+        if nonzero.size:
+            return block.size - (end - piece.size + int(nonzero[-1]) + 1)
+        end -= piece.size
+        step *= 4
+    return block.size
