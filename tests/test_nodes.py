@@ -90,7 +90,9 @@ def test_state_section_lists_the_state_keys(corpus: Corpus, cls: type) -> None:
 
 def test_class_constants_name_the_keys() -> None:
     assert {ListShards.INDEX_KEY} == OWN_KEYS[ListShards]
-    assert {PlanChunks.PASS_KEY, PlanChunks.SAMPLE_KEY, PlanChunks.MIXTURE_KEY} == OWN_KEYS[PlanChunks]
+    assert {PlanChunks.PASS_KEY, PlanChunks.SAMPLE_KEY, PlanChunks.MIXTURE_KEY} == OWN_KEYS[
+        PlanChunks
+    ]
     assert {SplitBatches.SOURCE_KEY, SplitBatches.OFFSET_KEY} == OWN_KEYS[SplitBatches]
     assert {MapWorkers.SOURCE_KEY} == OWN_KEYS[MapWorkers]
 
