@@ -150,3 +150,17 @@ def test_merge_datatrove_keeps_every_document(tmp_path: Path, capsys) -> None:
     assert main(["docs", str(tmp_path / "d.ds"), "--count", "10", "--json"]) == 0
     docs = [[7, 8, 9, 0], [12, 13, 0], [22, 23, 24, 25, 26, 0], [32, 0]]
     assert json.loads(capsys.readouterr().out) == {"documents": docs + docs}
+
+
+def test_index_writes_the_modalities_raw_index(tmp_path: Path) -> None:
+    jsonl = tmp_path / "docs.jsonl"
+    shutil.copy(DATA / "modalities" / "docs.jsonl", jsonl)
+    assert main(["index", str(jsonl)]) == 0
+    assert (tmp_path / "docs.idx").read_bytes() == (DATA / "modalities" / "docs.idx").read_bytes()
+
+
+def test_convert_to_modalities_is_byte_identical(tmp_path: Path) -> None:
+    out = tmp_path / "docs.pbin"
+    assert main(["convert", str(DATA / "datatrove" / "tiny_00000_unshuffled.ds"), str(out),
+                 "--to", "modalities"]) == 0  # fmt: skip
+    assert out.read_bytes() == (DATA / "modalities" / "docs.pbin").read_bytes()

@@ -10,12 +10,22 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from streamload.cli import convert, demo, docs, inspect, merge, plan, samples, validate
+from streamload.cli import (
+    convert,
+    demo,
+    docs,
+    index,
+    inspect,
+    merge,
+    plan,
+    samples,
+    validate,
+)
 from streamload.errors import StreamloadError
 
 __all__ = ["main"]
 
-_COMMANDS = (samples, demo, inspect, docs, validate, convert, merge, plan)
+_COMMANDS = (samples, demo, inspect, docs, validate, convert, merge, index, plan)
 
 
 def build_parser() -> argparse.ArgumentParser:
