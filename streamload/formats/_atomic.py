@@ -10,8 +10,9 @@ import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
+from typing import Any, TypeVar
 
-__all__ = ["atomic_output"]
+__all__ = ["StackWriter", "atomic_output"]
 
 
 @contextlib.contextmanager
@@ -30,3 +31,31 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+_W = TypeVar("_W", bound="StackWriter")
+
+
+class StackWriter:
+    """The context-manager life of a writer whose temporary outputs sit in ``self._stack``.
+
+    On success ``close()`` finishes and renames the outputs; on an exception inside the block
+    the stack unwinds, deleting the temporary files, and nothing looks complete.
+    """
+
+    _closed: bool
+    _stack: Any  # a contextlib.ExitStack of the temporary outputs (None before any)
+
+    def close(self) -> None:  # pragma: no cover - every writer defines it
+        raise NotImplementedError
+
+    def __enter__(self: _W) -> _W:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        elif not self._closed:
+            self._closed = True
+            if self._stack is not None:
+                self._stack.__exit__(exc_type, exc, tb)

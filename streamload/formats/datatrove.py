@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._atomic import atomic_output
+from streamload.formats._atomic import StackWriter, atomic_output
 from streamload.formats._writer_input import as_document
 from streamload.formats.base import (
     ListedFile,
@@ -207,7 +207,7 @@ class DatatroveFormat:
         return DatatroveShard(info, index, loss)
 
 
-class DatatroveWriter:
+class DatatroveWriter(StackWriter):
     """Write documents as datatrove's ``DocumentTokenizer`` (unshuffled) does.
 
     Byte-identical to datatrove 0.10.1 for the same documents: tokens in ``.ds``, u64 ends in
@@ -280,16 +280,6 @@ class DatatroveWriter:
         with open(self._metadata_tmp, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
         self._stack.close()
-
-    def __enter__(self) -> DatatroveWriter:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if exc[0] is None:
-            self.close()
-        elif not self._closed:
-            self._closed = True
-            self._stack.__exit__(*exc)
 
 
 FORMAT = DatatroveFormat()

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._atomic import atomic_output
+from streamload.formats._atomic import StackWriter, atomic_output
 from streamload.formats._dolma_csv import DolmaRows, gunzip, parse_rows, row_fields
 from streamload.formats._writer_input import as_document, token_dtype
 from streamload.formats.base import (
@@ -193,7 +193,7 @@ def _next_part(path: str) -> str:
     return f"{match.group(1)}{int(number) + 1:0{len(number)}d}.npy"
 
 
-class DolmaWriter:
+class DolmaWriter(StackWriter):
     """Write documents as ``dolma tokens`` does: a headerless ``.npy`` and a ``.csv.gz``.
 
     Byte-identical to dolma 1.2.1 for the same documents, ids, sources, locations and gzip
@@ -303,16 +303,6 @@ class DolmaWriter:
         if not self._closed:
             self._closed = True
             self._finish()
-
-    def __enter__(self) -> DolmaWriter:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if exc[0] is None:
-            self.close()
-        elif not self._closed:
-            self._closed = True
-            self._stack.__exit__(*exc)
 
 
 FORMAT = DolmaFormat()

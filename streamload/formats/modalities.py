@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._atomic import atomic_output
+from streamload.formats._atomic import StackWriter, atomic_output
 from streamload.formats._pickle_subset import decode_pairs, encode_pairs
 from streamload.formats._writer_input import as_document
 from streamload.formats.base import (
@@ -257,7 +257,7 @@ class ModalitiesFormat:
         return ModalitiesShard(info)
 
 
-class ModalitiesWriter:
+class ModalitiesWriter(StackWriter):
     """Write documents as ``modalities data pack_encoded_data`` (≥ 0.4) does, byte for byte.
 
     Tokens stream to a temporary file after a placeholder header; ``close()`` writes
@@ -326,16 +326,6 @@ class ModalitiesWriter:
                 "no index entry for a document of 0 tokens)",
                 stacklevel=2,
             )
-
-    def __enter__(self) -> ModalitiesWriter:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if exc[0] is None:
-            self.close()
-        elif not self._closed:
-            self._closed = True
-            self._stack.__exit__(*exc)
 
 
 def merge_pbin(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> None:

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from numpy.lib import format as npformat
 
-from streamload.formats._atomic import atomic_output
+from streamload.formats._atomic import StackWriter, atomic_output
 from streamload.formats._writer_input import as_document, token_dtype
 
 __all__ = ["NumpyShardWriter"]
@@ -35,7 +35,7 @@ def _npy_header(dtype: np.dtype, count: int) -> bytes:
     return buf.getvalue()
 
 
-class NumpyShardWriter:
+class NumpyShardWriter(StackWriter):
     """Stream documents into NPY shards of a fixed size.
 
     Args:
@@ -114,14 +114,3 @@ class NumpyShardWriter:
         if not self._closed:
             self._closed = True
             self._finish()
-
-    def __enter__(self) -> NumpyShardWriter:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if exc[0] is None:
-            self.close()
-        elif not self._closed:
-            self._closed = True
-            if self._stack is not None:
-                self._stack.__exit__(*exc)
