@@ -5,12 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import numpy as np
+
 from streamload.catalog import SourceCatalog, describe_source
+from streamload.cli._progress import Progress
 from streamload.config import SourceConfig
+from streamload.convert import ConvertStats, convert, default_destination, open_writer
 from streamload.formats.base import TokenShard
 from streamload.formats.registry import open_shard
 
-__all__ = ["add_data_arguments", "catalog_from_args", "open_all"]
+__all__ = ["add_data_arguments", "catalog_from_args", "open_all", "write_catalog"]
 
 
 def add_data_arguments(parser: Any) -> None:
@@ -29,3 +33,26 @@ def catalog_from_args(args: argparse.Namespace, vocab_size: int | None = None) -
 def open_all(catalog: SourceCatalog) -> list[TokenShard]:
     """Open every shard of a catalog."""
     return [open_shard(info) for info in catalog.shards]
+
+
+def write_catalog(
+    catalog: SourceCatalog,
+    fmt: str,
+    destination: str,
+    *,
+    dtype: str | None = None,
+    eos: int | None = None,
+    tokenizer_name: str | None = None,
+) -> tuple[ConvertStats, str, np.dtype]:
+    """Write every document of ``catalog`` as ``fmt`` with a progress bar.
+
+    Returns:
+        What was written, the output path, and the token dtype (default: the sources').
+    """
+    dtypes = {np.dtype(s.dtype).newbyteorder("=") for s in catalog.shards}
+    np_dtype = np.dtype(dtype) if dtype else np.result_type(*dtypes)
+    destination = default_destination(fmt, destination)
+    writer = open_writer(fmt, destination, np_dtype, tokenizer_name=tokenizer_name)
+    with Progress(total=catalog.num_tokens, unit="tokens") as bar:
+        stats = convert(catalog, writer, eos_token_id=eos, progress=bar.update_to)
+    return stats, destination, np_dtype

@@ -9,11 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import numpy as np
-
-from streamload.cli._common import catalog_from_args
-from streamload.cli._progress import Progress
-from streamload.convert import TARGETS, convert, default_destination, open_writer
+from streamload.cli._common import catalog_from_args, write_catalog
+from streamload.convert import TARGETS
 
 __all__ = ["add_parser", "run"]
 
@@ -35,13 +32,14 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Convert; returns the exit code."""
     source = argparse.Namespace(paths=[args.src], format=args.format, dtype=args.source_dtype)
-    catalog = catalog_from_args(source)
-    dtypes = {np.dtype(s.dtype).newbyteorder("=") for s in catalog.shards}
-    dtype = np.dtype(args.dtype) if args.dtype else np.result_type(*dtypes)
-    destination = default_destination(args.to, args.dst)
-    writer = open_writer(args.to, destination, dtype, tokenizer_name=args.tokenizer_name)
-    with Progress(total=catalog.num_tokens, unit="tokens") as bar:
-        stats = convert(catalog, writer, eos_token_id=args.eos, progress=bar.update_to)
+    stats, destination, dtype = write_catalog(
+        catalog_from_args(source),
+        args.to,
+        args.dst,
+        dtype=args.dtype,
+        eos=args.eos,
+        tokenizer_name=args.tokenizer_name,
+    )
     print(
         f"wrote {stats.documents:,} documents, {stats.tokens:,} tokens as {args.to} "
         f"({dtype.name}) to {destination}"

@@ -11,12 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import numpy as np
-
 from streamload.catalog import SourceCatalog
-from streamload.cli._common import catalog_from_args
-from streamload.cli._progress import Progress
-from streamload.convert import TARGETS, convert, default_destination, open_writer
+from streamload.cli._common import catalog_from_args, write_catalog
+from streamload.convert import TARGETS
 from streamload.errors import ConfigError
 
 __all__ = ["add_parser", "run"]
@@ -51,11 +48,7 @@ def run(args: argparse.Namespace) -> int:
     target = "numpy" if fmt in ("npy", "raw") else fmt
     if target not in TARGETS:
         raise ConfigError(f"cannot merge {fmt} files; convert them first")
-    dtypes = {np.dtype(s.dtype).newbyteorder("=") for s in catalog.shards}
-    destination = default_destination(target, args.dst)
-    writer = open_writer(target, destination, np.result_type(*dtypes))
-    with Progress(total=catalog.num_tokens, unit="tokens") as bar:
-        stats = convert(catalog, writer, eos_token_id=args.eos, progress=bar.update_to)
+    stats, destination, _ = write_catalog(catalog, target, args.dst, eos=args.eos)
     print(
         f"merged {len(catalog.shards)} files: {stats.documents:,} documents, "
         f"{stats.tokens:,} tokens into {destination}"
