@@ -164,3 +164,19 @@ def test_convert_to_modalities_is_byte_identical(tmp_path: Path) -> None:
     assert main(["convert", str(DATA / "datatrove" / "tiny_00000_unshuffled.ds"), str(out),
                  "--to", "modalities"]) == 0  # fmt: skip
     assert out.read_bytes() == (DATA / "modalities" / "docs.pbin").read_bytes()
+
+
+def test_written_files_are_readable_by_others(tmp_path: Path) -> None:
+    """Temporary outputs are 0600; finished datasets get the usual umask permissions."""
+    source = DATA / "dolma" / "part-0-00000.npy"
+    out = tmp_path / "m"
+    assert (
+        main(["convert", str(source), str(out), "--to", "megatron", "--source-dtype", "uint16"])
+        == 0
+    )
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    for suffix in (".bin", ".idx"):
+        assert (tmp_path / f"m{suffix}").stat().st_mode & 0o777 == 0o666 & ~mask

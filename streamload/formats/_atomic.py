@@ -12,18 +12,35 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
-__all__ = ["StackWriter", "atomic_output"]
+__all__ = ["StackWriter", "atomic_output", "temp_beside"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()
+"""What ``open(path, "w")`` would give: the outputs must be as readable as the tools' own."""
+
+
+def temp_beside(path: str | os.PathLike[str]) -> str:
+    """Create an empty hidden ``.NAME.XXXX.tmp`` beside ``path`` (usual permissions)."""
+    folder, name = os.path.split(os.path.abspath(os.fspath(path)))
+    os.makedirs(folder, exist_ok=True)
+    # hidden, and no token suffix, so no listing takes a half-written file for a shard
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    os.close(fd)
+    os.chmod(tmp, _FILE_MODE)  # mkstemp makes 0600; a dataset is meant to be shared
+    return tmp
 
 
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` if the block succeeds."""
     target = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(target))
-    os.makedirs(folder, exist_ok=True)
-    # ".name.XXXX.tmp": hidden, and no token suffix, so no listing takes it for a shard
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", suffix=".tmp", dir=folder)
-    os.close(fd)
+    tmp = temp_beside(target)
     try:
         yield tmp
         os.replace(tmp, target)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from array import array
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import ConfigError, FormatError
+from streamload.formats._atomic import temp_beside
 from streamload.formats._megatron_index import (
     MegatronIndex,
     code_of_dtype,
@@ -164,15 +164,6 @@ class MegatronFormat:
 FORMAT = MegatronFormat()
 
 
-def _temp_beside(path: str) -> str:
-    # Not ending in .bin/.idx, so a folder listing never takes a half-written file for a shard.
-    folder, name = os.path.split(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    return tmp
-
-
 class MegatronWriter:
     """Write a Megatron dataset ``prefix.bin`` + ``prefix.idx`` like ``IndexedDatasetBuilder``.
 
@@ -201,7 +192,7 @@ class MegatronWriter:
         self._lengths = array("i")
         self._documents = array("q", [0])
         self._modes = array("b")
-        self._bin_tmp = _temp_beside(self.prefix + ".bin")
+        self._bin_tmp = temp_beside(self.prefix + ".bin")
         self._bin = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed by close()/abort()
         self._closed = False
 
@@ -327,7 +318,7 @@ class MegatronWriter:
             )
         self._bin.close()
         self._closed = True
-        idx_tmp = _temp_beside(self.prefix + ".idx")
+        idx_tmp = temp_beside(self.prefix + ".idx")
         try:
             write_index(
                 idx_tmp,
