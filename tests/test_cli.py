@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -174,8 +175,6 @@ def test_written_files_are_readable_by_others(tmp_path: Path) -> None:
         main(["convert", str(source), str(out), "--to", "megatron", "--source-dtype", "uint16"])
         == 0
     )
-    import os
-
     mask = os.umask(0)
     os.umask(mask)
     for suffix in (".bin", ".idx"):
