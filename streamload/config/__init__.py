@@ -1,0 +1,39 @@
+"""Configuration: frozen dataclasses, loaded from TOML, YAML or a dict, printable back.
+
+Example:
+    >>> cfg = DataConfig.from_dict({
+    ...     "seq_len": 8,
+    ...     "sources": [{"name": "web", "path": "/data/web", "dtype": "uint16"}],
+    ... })
+    >>> cfg.sampling.mode
+    <SamplingMode.CONCAT: 'concat'>
+
+Relative source paths in a config *file* are resolved against the file's folder, so a config
+travels with its data; in a dict they are taken as they are (relative to the working folder).
+"""
+
+from streamload.config.data import DataConfig, load_config
+from streamload.config.options import (
+    MixtureConfig,
+    MixtureUnit,
+    PackingConfig,
+    PhaseConfig,
+    SamplingConfig,
+    SamplingMode,
+)
+from streamload.config.source import TOKEN_DTYPES, ShardFormat, SourceConfig, SourcePolicy
+
+__all__ = [
+    "TOKEN_DTYPES",
+    "DataConfig",
+    "MixtureConfig",
+    "MixtureUnit",
+    "PackingConfig",
+    "PhaseConfig",
+    "SamplingConfig",
+    "SamplingMode",
+    "ShardFormat",
+    "SourceConfig",
+    "SourcePolicy",
+    "load_config",
+]

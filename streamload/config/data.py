@@ -1,0 +1,234 @@
+"""The whole data configuration, and loading it from TOML, YAML, JSON or a dict."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamload.config._checks import check_int, check_keys
+from streamload.config.options import (
+    MixtureConfig,
+    PackingConfig,
+    PhaseConfig,
+    SamplingConfig,
+)
+from streamload.config.source import SourceConfig
+from streamload.errors import ConfigError, add_note
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["DataConfig", "load_config"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """The whole data configuration: everything that decides which sample has which index.
+
+    Args:
+        seq_len: Tokens per sample input; samples hold ``seq_len + 1`` tokens.
+        sources: The datasets.
+        seed: Seed of every permutation.
+        eos_token_id: End-of-document token, for masks when the format has no document index.
+        vocab_size: When set, every delivered token id is checked to be below it.
+        global_batch_size: When set, ``world_size * batch_size`` must equal it.
+        sampling: Sampling options.
+        packing: Packing-mask options.
+        mixture: How weights are read (several sources).
+        schedule: Weight phases by global step (annealing).
+    """
+
+    seq_len: int
+    sources: tuple[SourceConfig, ...]
+    seed: int = 0
+    eos_token_id: int | None = None
+    vocab_size: int | None = None
+    global_batch_size: int | None = None
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    packing: PackingConfig = field(default_factory=PackingConfig)
+    mixture: MixtureConfig = field(default_factory=MixtureConfig)
+    schedule: tuple[PhaseConfig, ...] = ()
+
+    @property
+    def is_mixture(self) -> bool:
+        """Several sources, or a schedule: samples are allocated to sources by weight."""
+        return len(self.sources) > 1 or bool(self.schedule)
+
+    def __post_init__(self) -> None:
+        check_int(self.seq_len, "seq_len", 1)
+        check_int(self.seed, "seed", 0)
+        for name, minimum in (("eos_token_id", 0), ("vocab_size", 1), ("global_batch_size", 1)):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name, minimum)
+        if isinstance(self.sources, list):
+            object.__setattr__(self, "sources", tuple(self.sources))
+        if not self.sources:
+            raise ConfigError("sources: at least one [[sources]] entry is required")
+        names = [s.name for s in self.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"sources: duplicate source name(s) {', '.join(dupes)}")
+        v, e = self.vocab_size, self.eos_token_id
+        if v is not None and e is not None and e >= v:
+            raise ConfigError(f"eos_token_id = {e} must be < vocab_size = {v}")
+        if isinstance(self.schedule, list):
+            object.__setattr__(self, "schedule", tuple(self.schedule))
+        if self.is_mixture:
+            self._check_mixture(names)
+
+    def _check_mixture(self, names: list[str]) -> None:
+        missing = [s.name for s in self.sources if s.weight is None]
+        if missing:
+            raise ConfigError(
+                f"source(s) {', '.join(missing)} have no weight; a mixture needs a weight on "
+                "every [[sources]] entry"
+            )
+        if not any(s.weight for s in self.sources):
+            raise ConfigError("all source weights are 0; at least one must be positive")
+        if self.global_batch_size is None:
+            raise ConfigError(
+                "a mixture needs global_batch_size (samples per optimizer step over all ranks): "
+                "it fixes the per-batch allocation and the schedule's steps"
+            )
+        starts = [p.start_step for p in self.schedule]
+        if starts != sorted(set(starts)):
+            raise ConfigError(f"schedule start_step values {starts} must strictly increase")
+        for phase in self.schedule:
+            unknown = sorted(set(phase.weights) - set(names))
+            absent = [n for n in names if n not in phase.weights]
+            if unknown or absent:
+                raise ConfigError(
+                    f"schedule at start_step {phase.start_step}: "
+                    + (f"unknown source(s) {', '.join(unknown)}; " if unknown else "")
+                    + (f"no weight for {', '.join(absent)}; " if absent else "")
+                    + f"sources are {', '.join(names)}"
+                )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], base_dir: str | None = None) -> DataConfig:
+        """Build from a plain mapping (parsed TOML/YAML/JSON).
+
+        Args:
+            data: The mapping.
+            base_dir: Folder that relative local source paths are resolved against.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
+        check_keys(data, cls, "config")
+        if "seq_len" not in data:
+            raise ConfigError("config: seq_len is required")
+        raw_sources = data.get("sources", [])
+        if not isinstance(raw_sources, Sequence) or isinstance(raw_sources, str):
+            raise ConfigError("sources must be a list of [[sources]] tables")
+        sources = tuple(_source_from_dict(s, i, base_dir) for i, s in enumerate(raw_sources))
+        nested = ("sources", "sampling", "packing", "mixture", "schedule")
+        kwargs = {k: v for k, v in data.items() if k not in nested}
+        raw_schedule = data.get("schedule", [])
+        if not isinstance(raw_schedule, Sequence) or isinstance(raw_schedule, str):
+            raise ConfigError("schedule must be a list of [[schedule]] tables")
+        return cls(
+            **kwargs,
+            sources=sources,
+            sampling=_sub(SamplingConfig, data.get("sampling", {}), "sampling"),
+            packing=_sub(PackingConfig, data.get("packing", {}), "packing"),
+            mixture=_sub(MixtureConfig, data.get("mixture", {}), "mixture"),
+            schedule=tuple(
+                _sub(PhaseConfig, p, f"schedule[{i}]") for i, p in enumerate(raw_schedule)
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON/TOML-safe mapping that ``from_dict`` turns back into an equal config.
+
+        Fields that are ``None`` (unset options) are left out; values inside
+        ``storage_options`` are kept as they are.
+        """
+        return _plain(self)
+
+    def to_json(self) -> str:
+        """The config as indented JSON."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _sub(kind: type, data: Any, where: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a table, got {data!r}")
+    check_keys(data, kind, where)
+    return kind(**data)
+
+
+def _source_from_dict(data: Any, index: int, base_dir: str | None) -> SourceConfig:
+    where = f"sources[{index}]"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where} must be a table, got {data!r}")
+    check_keys(data, SourceConfig, where)
+    for key in ("name", "path"):
+        if key not in data:
+            raise ConfigError(f"{where}: {key} is required")
+    data = dict(data)
+    path = data["path"]
+    if isinstance(path, (list, tuple)):
+        data["path"] = tuple(_resolve(p, base_dir) for p in path)
+    elif isinstance(path, str):
+        data["path"] = _resolve(path, base_dir)
+    return SourceConfig(**data)
+
+
+def _resolve(path: Any, base_dir: str | None) -> Any:
+    if not isinstance(path, str) or base_dir is None or "://" in path or os.path.isabs(path):
+        return path
+    return os.path.normpath(os.path.join(base_dir, path)) + ("/" if path.endswith("/") else "")
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        return {name: _plain(v) for name, v in fields if v is not None}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return dict(value)
+    return value
+
+
+def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | DataConfig) -> DataConfig:
+    """Load a config from a TOML/YAML/JSON file path, a mapping, or pass a DataConfig through.
+
+    Raises:
+        ConfigError: the file is missing or unparsable, or a value is invalid.
+    """
+    if isinstance(config, DataConfig):
+        return config
+    if isinstance(config, Mapping):
+        return DataConfig.from_dict(config)
+    path = Path(config)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        elif path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            data = tomllib.loads(text)
+    except Exception as exc:
+        raise ConfigError(f"{path}: cannot parse config: {exc}") from exc
+    try:
+        return DataConfig.from_dict(data, base_dir=str(path.parent.resolve()))
+    except ConfigError as exc:
+        add_note(exc, f"in config file {path}")
+        raise

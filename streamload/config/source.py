@@ -1,0 +1,104 @@
+"""One ``[[sources]]`` entry: where a dataset's shards are and how to read them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamload.config._checks import check_int, to_enum
+from streamload.errors import ConfigError
+
+__all__ = ["TOKEN_DTYPES", "ShardFormat", "SourceConfig", "SourcePolicy"]
+
+TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int16", "int32", "int64")
+"""Token dtypes a shard may hold (unsigned or signed integers; never floats)."""
+
+
+class ShardFormat(str, enum.Enum):
+    """On-disk format of a source's shards."""
+
+    AUTO = "auto"
+    """Decide per file from magic bytes and companions."""
+    NPY = "npy"
+    """A real NumPy ``.npy`` file (``\\x93NUMPY`` magic); dtype from its header."""
+    RAW = "raw"
+    """Headerless flat tokens (tatm/KempnerForge ``.bin``, Dolma-style ``.npy``); needs a dtype."""
+    MEGATRON = "megatron"
+    """Megatron-LM / Megatron-Core ``.bin`` + ``.idx`` (MMIDIDX)."""
+    MODALITIES = "modalities"
+    """Modalities packed ``.pbin``."""
+    DOLMA = "dolma"
+    """Dolma ``part-*.npy`` (headerless) + ``.csv.gz`` document metadata."""
+    DATATROVE = "datatrove"
+    """datatrove / nanotron ``.ds`` + ``.ds.index`` + ``.ds.metadata``."""
+
+
+class SourcePolicy(str, enum.Enum):
+    """What a mixture does when a source has given all its windows."""
+
+    REPEAT = "repeat"
+    """Start the source's next epoch, reshuffled with (seed, source, epoch)."""
+    STOP = "stop"
+    """End the whole stream before the batch that would need a second epoch."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceConfig:
+    """One dataset: a folder, glob or list of token shards.
+
+    Args:
+        name: Unique name, used in state, stats and seeds.
+        path: A folder, a glob, a file, or a list of those (local paths or fsspec URLs).
+        format: Shard format; ``auto`` sniffs each file.
+        dtype: Token dtype, or ``auto`` where the format stores it.
+        weight: Mixture weight (required when mixing several sources).
+        policy: ``repeat`` (default) or ``stop`` when the source runs out in a mixture.
+        max_epochs: End the stream before this source would start epoch ``max_epochs``.
+        storage_options: Passed to fsspec for remote paths.
+    """
+
+    name: str
+    path: str | tuple[str, ...]
+    format: ShardFormat = ShardFormat.AUTO
+    dtype: str = "auto"
+    weight: float | None = None
+    policy: SourcePolicy = SourcePolicy.REPEAT
+    max_epochs: int | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        where = f"source {self.name!r}"
+        object.__setattr__(self, "policy", to_enum(SourcePolicy, self.policy, f"{where}: policy"))
+        if self.max_epochs is not None:
+            check_int(self.max_epochs, f"{where}: max_epochs", 1)
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"source name {self.name!r} must be a non-empty string")
+        if not isinstance(self.path, (str, list, tuple)):
+            raise ConfigError(f"{where}: path {self.path!r} must be a non-empty string or list")
+        paths = (self.path,) if isinstance(self.path, str) else tuple(self.path)
+        if not paths or not all(isinstance(p, str) and p for p in paths):
+            raise ConfigError(f"{where}: path {self.path!r} must be a non-empty string or list")
+        if isinstance(self.path, list):
+            object.__setattr__(self, "path", paths)
+        if not isinstance(self.storage_options, dict) or not all(
+            isinstance(k, str) for k in self.storage_options
+        ):
+            raise ConfigError(
+                f"{where}: storage_options = {self.storage_options!r} must be a table of options"
+            )
+        object.__setattr__(self, "format", to_enum(ShardFormat, self.format, f"{where}: format"))
+        if self.dtype != "auto" and self.dtype not in TOKEN_DTYPES:
+            raise ConfigError(
+                f"{where}: dtype = {self.dtype!r} is not 'auto' or one of {', '.join(TOKEN_DTYPES)}"
+            )
+        if self.weight is not None:
+            if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
+                raise ConfigError(f"{where}: weight = {self.weight!r} must be a number")
+            if not self.weight >= 0 or self.weight == float("inf"):
+                raise ConfigError(f"{where}: weight = {self.weight} must be finite and >= 0")
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The path entries as a tuple."""
+        return (self.path,) if isinstance(self.path, str) else self.path
