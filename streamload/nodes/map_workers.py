@@ -15,7 +15,6 @@ shared memory instead of pickling their bytes.
 from __future__ import annotations
 
 import contextlib
-import functools
 import queue
 import threading
 from collections.abc import Callable
@@ -130,7 +129,8 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             self._shutdown()
             raise error
         if isinstance(value, SlotRef):
-            value = read_slot(value, self._slots, functools.partial(self._free.append, value.slot))
+            slot, value = value.slot, read_slot(value, self._slots)
+            self._free.append(slot)
         self._state = self._states.pop(self._delivered)
         self._delivered += 1
         return value
@@ -150,7 +150,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             self._release = ctx.Event()
             make = ctx.Process
             if self.slot_bytes and not self._slots:
-                count = self.max_inflight + 1  # in flight, plus the chunk being consumed
+                count = self.max_inflight  # a slot is freed as soon as its chunk is copied out
                 self._slots = [torch.empty(self.slot_bytes, dtype=torch.uint8).share_memory_()
                                for _ in range(count)]  # fmt: skip
             self._free = list(range(len(self._slots)))

@@ -56,15 +56,8 @@ class SplitBatches(BaseNode[Batch]):
         if self._chunk is None or self._offset >= _num_batches(self._chunk):
             self._chunk_state = self.source.state_dict()
             self._chunk, self._offset = next(self.source), 0
-        chunk = self._chunk
-        copy_batch = getattr(chunk, "copy_batch", None)  # a chunk in a reused shared slot
-        if copy_batch is not None:
-            batch = copy_batch(self._offset)
-        else:
-            batch = {key: value[self._offset] for key, value in chunk.items()}
+        batch = {key: value[self._offset] for key, value in self._chunk.items()}
         self._offset += 1
-        if copy_batch is not None and self._offset == _num_batches(chunk):
-            chunk.release()  # type: ignore[union-attr]
         return batch
 
     def get_state(self) -> dict[str, Any]:
