@@ -45,9 +45,11 @@ class WorkerType(str, enum.Enum):
     """Where loader workers run."""
 
     THREAD = "thread"
-    """Threads in the training process: no IPC; numpy copies release the GIL."""
+    """Threads in the training process (the default and the fastest here): no IPC, and the
+    numpy copies and mask kernels release the GIL."""
     PROCESS = "process"
-    """Processes (like ``torch.utils.data.DataLoader``); chunks return through shared memory."""
+    """Processes (like ``torch.utils.data.DataLoader``): chunks return through reused
+    shared-memory slots and are copied once in the main process (see benchmarks/RESULTS.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)
