@@ -170,6 +170,8 @@ class StreamLoader:
 
     def _run(self, chain: BaseNode[Batch]) -> Iterator[Batch]:
         while True:
+            if not self._is_current(chain):  # superseded by a newer iter(), close(), restore
+                return
             started = time.perf_counter()
             try:
                 batch = next(chain)
@@ -185,6 +187,9 @@ class StreamLoader:
             self._close()
             if self.stream.ended_by:
                 warnings.warn(f"the stream ended: {self.stream.ended_by}", stacklevel=2)
+
+    def _is_current(self, chain: BaseNode[Batch]) -> bool:
+        return chain is self._chain
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last delivered batch (small, JSON-safe; see ``state.py``)."""

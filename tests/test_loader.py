@@ -336,3 +336,34 @@ def test_process_worker_batches_own_their_memory(docs: Corpus, masks: bool) -> N
     assert_batches_equal(expected, kept, "process workers")
     for batch in kept:  # private memory, never a view of a (reused) shared slot
         assert not any(t.untyped_storage().is_shared() for t in batch.values())
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+@pytest.mark.parametrize("how", ["iter", "close", "load"])
+def test_a_superseded_iterator_ends_instead_of_hanging(docs: Corpus, worker_type: str, how: str):
+    cfg = docs.config(8, seed=1)
+    loader = make(cfg, 2, nw=1, worker_type=worker_type, chunk_batches=1, prefetch=0)
+    old = iter(loader)
+    next(old)
+    if how == "iter":
+        iter(loader)
+    elif how == "close":
+        loader.close()
+    else:
+        loader.load_state_dict(loader.state_dict())
+    assert list(old) == []  # the old iterator stops; it never waits on stopped workers
+    loader.close()
+
+
+def test_garbage_collecting_a_loader_in_a_cycle_does_not_hang(docs: Corpus) -> None:
+    import gc
+
+    class Trainer:
+        def __init__(self) -> None:
+            self.loader = make(docs.config(8), 2, nw=2, worker_type="process")
+            self.me = self
+
+    trainer = Trainer()
+    next(iter(trainer.loader))
+    del trainer
+    gc.collect()  # must return: __del__ never waits for workers

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -119,6 +120,8 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         self._start()
 
     def next(self) -> Y:
+        if not self._workers:  # shut down (closed, restored elsewhere, or a worker failed)
+            raise StopIteration
         self._fill()
         if self._delivered == self._submitted:
             raise StopIteration
@@ -216,7 +219,8 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
     def _drain(self, workers: list[Any]) -> None:
         """Receive (and drop) every result until each live worker has said it is done."""
         done = 0
-        while done < len(workers):
+        deadline = time.monotonic() + _SHUTDOWN_SECONDS
+        while done < len(workers) and time.monotonic() < deadline:
             try:
                 message = self._results.get(timeout=_POLL_SECONDS)
             except queue.Empty:
@@ -226,5 +230,18 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             done += message == _DONE
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter teardown
-            self._shutdown()
+        # Garbage collection must never wait (queue feeder threads may already be gone, or
+        # this may run inside a worker thread): stop without draining.
+        with contextlib.suppress(Exception):
+            self._abandon()
+
+    def _abandon(self) -> None:
+        workers, self._workers = self._workers, []
+        if not workers:
+            return
+        self._release.set()
+        for worker in workers:
+            if self.method == "process":
+                worker.terminate()
+            else:
+                self._tasks.put_nowait(None)

@@ -8,6 +8,7 @@ and copied straight from the memory map into the output row, so the work per win
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -54,11 +55,17 @@ class ShardSet:
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.dtype = _common_dtype(shards)
         self._open: OrderedDict[int, TokenShard] = OrderedDict()
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_open"] = OrderedDict()
+        del state["_lock"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @property
     def num_tokens(self) -> int:
@@ -66,16 +73,17 @@ class ShardSet:
         return int(self.offsets[-1])
 
     def shard(self, index: int) -> TokenShard:
-        """The opened shard ``index`` (opened on first use in this process)."""
-        opened = self._open.get(index)
-        if opened is None:
-            opened = open_shard(self.shards[index])
-            self._open[index] = opened
-            if len(self._open) > MAX_OPEN_SHARDS:
-                self._open.popitem(last=False)
-        else:
-            self._open.move_to_end(index)
-        return opened
+        """The opened shard ``index`` (opened on first use in this process; thread-safe)."""
+        with self._lock:  # thread workers share the cache; eviction races get/move_to_end
+            opened = self._open.get(index)
+            if opened is None:
+                opened = open_shard(self.shards[index])
+                self._open[index] = opened
+                if len(self._open) > MAX_OPEN_SHARDS:
+                    self._open.popitem(last=False)
+            else:
+                self._open.move_to_end(index)
+            return opened
 
     def locate(self, stream_offset: int) -> tuple[int, int]:
         """(shard index, offset inside the shard) of a stream offset."""
