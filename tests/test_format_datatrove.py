@@ -9,11 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from _masks import assert_masks_follow_documents
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import streamload
 from streamload.catalog import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
@@ -231,16 +230,6 @@ def test_index_changed_after_start_up(tmp_path: Path) -> None:
         open_shard(info)
 
 
-def expected_fields(stream: np.ndarray, doc_starts: set[int], start: int, length: int):
-    """Reference masks of one window from the document starts (t > 0 opens a document)."""
-    window = stream[start : start + length + 1].astype(np.int64)
-    opens = np.array([t > 0 and start + t in doc_starts for t in range(length + 1)])
-    doc_ids = np.cumsum(opens[:length])
-    last_open = np.maximum.accumulate(np.where(opens[:length], np.arange(length), 0))
-    labels = np.where(opens[1:], -100, window[1:])
-    return window[:length], labels, doc_ids, np.arange(length) - last_open
-
-
 @pytest.mark.filterwarnings("ignore:each pass")
 @pytest.mark.parametrize("fmt", ["auto", "datatrove"])
 def test_loader_masks_come_from_the_index(tmp_path: Path, fmt: str) -> None:
@@ -251,8 +240,6 @@ def test_loader_masks_come_from_the_index(tmp_path: Path, fmt: str) -> None:
         with DatatroveWriter(tmp_path / f"t_{part:05d}.ds", "t", 2) as writer:
             for doc in chunk:
                 writer.add_document(doc)
-    stream = np.concatenate(docs)
-    doc_starts = {int(s) for s in np.cumsum([0, *map(len, docs)])[:-1]}
     cfg = {
         "seq_len": 8,
         "seed": 2,
@@ -260,18 +247,7 @@ def test_loader_masks_come_from_the_index(tmp_path: Path, fmt: str) -> None:
         "sources": [{"name": "d", "path": str(tmp_path), "format": fmt}],
         "packing": {"masks": True},
     }
-    loader = streamload.build_loader(cfg, batch_size=4)
-    starts_of = streamload.SampleStream.from_config(streamload.load_config(cfg)).window_starts
-    seen = 0
-    for batch in loader:
-        for row, start in enumerate(starts_of(0, batch["sample_index"].numpy()).tolist()):
-            inputs, labels, doc_ids, positions = expected_fields(stream, doc_starts, start, 8)
-            assert torch.equal(batch["input_ids"][row], torch.from_numpy(inputs))
-            assert torch.equal(batch["labels"][row], torch.from_numpy(labels))
-            assert torch.equal(batch["doc_ids"][row], torch.from_numpy(doc_ids))
-            assert torch.equal(batch["position_ids"][row], torch.from_numpy(positions))
-            seen += 1
-    assert seen == len(loader) * 4 > 0
+    assert_masks_follow_documents(cfg, docs)
 
 
 @settings(max_examples=20, deadline=None)
