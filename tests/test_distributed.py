@@ -88,6 +88,7 @@ def worker(phase: str, config: str, out: str) -> None:
             raise SystemExit(f"ranks saved different states: {states}")
         if rank == 0:
             (folder / "state.json").write_text(json.dumps(state))
+    loader.close()  # stop workers before the process group and the interpreter go
     dist.barrier()
     dist.destroy_process_group()
 
@@ -107,6 +108,7 @@ def mesh_worker(config: str, out: str) -> None:
             break
     info = {"dp": mesh["dp"].get_local_rank(), "tp": mesh["tp"].get_local_rank()}
     torch.save((info, batches), Path(out) / f"mesh_rank{dist.get_rank()}.pt")
+    loader.close()  # stop workers before the process group and the interpreter go
     dist.barrier()
     dist.destroy_process_group()
 
