@@ -20,8 +20,10 @@ import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,17 +34,21 @@ __all__ = [
     "EOS_ID",
     "RESULTS_PATH",
     "VOCAB_SIZE",
+    "ChildRun",
     "Column",
     "add_common_args",
+    "add_loader_args",
     "bench_config",
+    "bench_parser",
     "emit",
     "ensure_corpus",
     "int_list",
-    "str_list",
     "machine_info",
     "median",
     "parse_sizes",
     "run_child",
+    "str_list",
+    "worker_label",
 ]
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -169,14 +175,77 @@ def median(values: Iterable[float]) -> float:
     return statistics.median(data) if data else float("nan")
 
 
-def run_child(argv: Sequence[str], timeout: float = 600) -> dict[str, Any]:
-    """Run ``python argv...`` in a fresh interpreter; parse the JSON its last line prints."""
-    proc = subprocess.run(
-        [sys.executable, *argv], capture_output=True, text=True, timeout=timeout, check=False
-    )
+@dataclass(frozen=True)
+class ChildRun:
+    """One fresh interpreter run by :func:`run_child`."""
+
+    seconds: float
+    """Wall time of the whole process: interpreter start, imports, work, exit."""
+    result: dict[str, Any] | None
+    """The JSON object its last stdout line printed (``None`` when it printed nothing)."""
+
+
+def run_child(
+    argv: Sequence[str],
+    timeout: float = 600,
+    watch: Callable[[int], None] | None = None,
+    interval: float = 0.05,
+) -> ChildRun:
+    """Run ``python argv...`` in a fresh interpreter and time it.
+
+    Args:
+        argv: Script and arguments.
+        timeout: Seconds before the child is killed and this raises.
+        watch: Called with the child's pid right after it starts and then every
+            ``interval`` seconds while it runs (e.g. to sample its memory).
+        interval: Period of ``watch``.
+
+    Raises:
+        RuntimeError: the child failed or timed out (with the end of its stderr).
+    """
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        began = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, *argv], stdout=out, stderr=err, text=True)
+        while True:
+            if watch is not None:
+                watch(proc.pid)
+            left = began + timeout - time.perf_counter()
+            try:  # wait() returns as soon as the child exits: the wall time stays exact
+                proc.wait(timeout=max(0.0, min(left, interval) if watch else left))
+                break
+            except subprocess.TimeoutExpired:
+                if time.perf_counter() - began >= timeout:
+                    proc.kill()
+                    proc.wait()
+                    break
+        seconds = time.perf_counter() - began
+        out.seek(0)
+        err.seek(0)
+        lines, stderr = out.read().strip().splitlines(), err.read()
     if proc.returncode != 0:
-        raise RuntimeError(f"child {argv} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        raise RuntimeError(f"child {argv} failed ({proc.returncode}):\n{stderr[-3000:]}")
+    return ChildRun(seconds, json.loads(lines[-1]) if lines else None)
+
+
+def worker_label(num_workers: int, worker_type: str) -> str:
+    """The ``workers`` cell of a table row: ``"0"`` or e.g. ``"2 process"``."""
+    return f"{num_workers} {worker_type}" if num_workers else "0"
+
+
+def bench_parser(doc: str | None, worker_types: Sequence[str]) -> argparse.ArgumentParser:
+    """A parser described by the script docstring's first line, with the common and the
+    loader flags (``--batch-size``, ``--num-workers``, ``--worker-types``)."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
+    add_common_args(parser)
+    add_loader_args(parser, worker_types)
+    return parser
+
+
+def add_loader_args(parser: argparse.ArgumentParser, worker_types: Sequence[str]) -> None:
+    """``--batch-size``, ``--num-workers`` and ``--worker-types`` (default ``worker_types``)."""
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--num-workers", type=int_list, default=[0, 2])
+    parser.add_argument("--worker-types", type=str_list, default=list(worker_types))
 
 
 def _cpu_model() -> str:

@@ -22,23 +22,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 from _common import (
-    add_common_args,
     bench_config,
+    bench_parser,
     emit,
     ensure_corpus,
-    int_list,
     median,
     parse_sizes,
-    str_list,
+    run_child,
+    worker_label,
 )
 
 FIELDS = ("rss", "anon", "file", "shmem", "uss")
@@ -85,9 +83,10 @@ def read_status(pid: int) -> dict[str, int]:
     return out
 
 
-def sample(proc: psutil.Process, peaks: dict[int, dict[str, int]]) -> None:
-    """Update each process's peaks (the child and its worker processes)."""
+def sample(pid: int, peaks: dict[int, dict[str, int]]) -> None:
+    """Update each process's peaks (the child ``pid`` and its worker processes)."""
     try:
+        proc = psutil.Process(pid)
         family = [proc, *proc.children(recursive=True)]
     except psutil.NoSuchProcess:
         return
@@ -106,17 +105,17 @@ def sample(proc: psutil.Process, peaks: dict[int, dict[str, int]]) -> None:
 
 def run_case(spec: dict[str, Any], interval: float) -> dict[str, dict[str, int]]:
     """Peaks of the main process and the largest peaks over its workers (bytes)."""
-    command = [sys.executable, __file__, "--child", json.dumps(spec)]
-    popen = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    proc = psutil.Process(popen.pid)
     peaks: dict[int, dict[str, int]] = {}
-    while popen.poll() is None:
-        sample(proc, peaks)
-        time.sleep(interval)
-    if popen.returncode != 0:
-        raise RuntimeError(f"child failed: {popen.stderr.read().decode()[-3000:]}")  # type: ignore[union-attr]
-    result = {"main": peaks.get(popen.pid, dict.fromkeys(FIELDS, 0))}
-    workers = [v for pid, v in peaks.items() if pid != popen.pid]
+    pids: list[int] = []
+
+    def watch(pid: int) -> None:
+        pids[:] = [pid]
+        sample(pid, peaks)
+
+    run_child([__file__, "--child", json.dumps(spec)], watch=watch, interval=interval)
+    main = pids[0]
+    result = {"main": peaks.get(main, dict.fromkeys(FIELDS, 0))}
+    workers = [v for pid, v in peaks.items() if pid != main]
     if workers:
         result["worker"] = {k: max(w[k] for w in workers) for k in FIELDS}
         result["worker"]["count"] = len(workers)
@@ -163,9 +162,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "tokens": f"{len(corpora[size]) * args.shard_tokens:.0e}",
             "case": case["kind"],
-            "workers": f"{case['num_workers']} {case['worker_type']}"
-            if case["num_workers"]
-            else "0",
+            "workers": worker_label(case["num_workers"], case["worker_type"]),
             "role": role if role == "main" else f"each of {peaks[0]['count']} workers",
         }
         row.update({f"{k}_mib": median(p[k] for p in peaks) / MIB for k in FIELDS})
@@ -187,13 +184,9 @@ COLUMNS = [
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_common_args(parser)
+    parser = bench_parser(__doc__, ["thread", "process"])
     parser.add_argument("--sizes", type=parse_sizes, default=[10**8, 10**9])
     parser.add_argument("--tokens", type=float, default=64e6, help="input tokens per run")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--num-workers", type=int_list, default=[0, 2])
-    parser.add_argument("--worker-types", type=str_list, default=["thread", "process"])
     parser.add_argument("--masks", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--interval", type=float, default=0.05, help="sampling period (s)")
     parser.add_argument("--child", help=argparse.SUPPRESS)

@@ -26,14 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 from _common import (
-    add_common_args,
     bench_config,
+    bench_parser,
     emit,
     ensure_corpus,
-    int_list,
     median,
     parse_sizes,
-    str_list,
+    worker_label,
 )
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -215,7 +214,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             {
                 "position": f"{position:.0e}",
                 "case": kind,
-                "workers": f"{workers} {wtype}" if workers else "0",
+                "workers": worker_label(workers, wtype),
                 "load_s": median(v[0] for v in values),
                 "first_s": median(v[1] for v in values),
                 "total_s": median(v[0] + v[1] for v in values),
@@ -238,16 +237,12 @@ COLUMNS = [
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_common_args(parser)
+    parser = bench_parser(__doc__, ["thread", "process"])
     parser.add_argument("--positions", type=parse_sizes, default=[10**3, 10**7])
     parser.add_argument("--corpus-tokens", type=float, default=1e8, help="corpus size")
     parser.add_argument(
         "--num-samples", type=int, default=None, help="pass length (default: 1.1 x max position)"
     )
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--num-workers", type=int_list, default=[0, 2])
-    parser.add_argument("--worker-types", type=str_list, default=["thread", "process"])
     parser.add_argument(
         "--peer",
         action=argparse.BooleanOptionalAction,

@@ -23,15 +23,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from _common import (
-    add_common_args,
     bench_config,
+    bench_parser,
     emit,
     ensure_corpus,
-    int_list,
     median,
     parse_sizes,
     run_child,
-    str_list,
+    worker_label,
 )
 
 
@@ -100,9 +99,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     for rep in range(args.repeats):
         for size, paths in corpora.items():
             for i, case in enumerate(cases(args)):
-                began = time.perf_counter()
-                result = run_child([__file__, "--child", json.dumps({**case, "paths": paths})])
-                result["process_s"] = time.perf_counter() - began
+                run = run_child([__file__, "--child", json.dumps({**case, "paths": paths})])
+                result = {**(run.result or {}), "process_s": run.seconds}
                 runs.setdefault((size, i), []).append(result)
                 print(
                     f"[{rep + 1}/{args.repeats}] {size:.0e} {case['kind']} "
@@ -116,9 +114,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             "tokens": f"{len(corpora[size]) * args.shard_tokens:.0e}",
             "shards": len(corpora[size]),
             "case": case["kind"],
-            "workers": f"{case['num_workers']} {case['worker_type']}"
-            if case["num_workers"]
-            else "0",
+            "workers": worker_label(case["num_workers"], case["worker_type"]),
         }
         for key in ("import_s", "build_s", "first_next_s", "to_first_batch_s", "process_s"):
             row[key] = median(r[key] for r in results)
@@ -142,12 +138,8 @@ COLUMNS = [
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_common_args(parser)
+    parser = bench_parser(__doc__, ["thread"])
     parser.add_argument("--sizes", type=parse_sizes, default=[10**8, 10**9])
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--num-workers", type=int_list, default=[0, 2])
-    parser.add_argument("--worker-types", type=str_list, default=["thread"])
     parser.add_argument("--masks", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser.parse_args(argv)

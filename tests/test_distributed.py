@@ -8,13 +8,11 @@ and checks with ``all_gather_object`` that every rank saved the same state.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import warnings
 from pathlib import Path
 
+import _gloo
 import pytest
 import torch
 import torch.distributed as dist
@@ -25,43 +23,11 @@ from streamload.testing import assert_batches_equal, collect_global_batches
 
 GLOBAL_BATCH = 8
 SAVE_AFTER = 4
-TIMEOUT = 120
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def launch(phase: str, world: int, config: Path, out: Path) -> None:
     """Run ``world`` ranks of this file's ``worker`` and wait for all of them."""
-    port = free_port()
-    procs = []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-        }
-        cmd = [sys.executable, __file__, phase, str(config), str(out)]
-        procs.append(
-            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        )
-    failures = []
-    for rank, proc in enumerate(procs):
-        try:
-            output, _ = proc.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            for other in procs:
-                other.kill()
-            pytest.fail(f"{phase}: rank {rank} did not finish in {TIMEOUT} s")
-        if proc.returncode != 0:
-            failures.append(f"rank {rank} exited {proc.returncode}:\n{output.decode()[-3000:]}")
-    assert not failures, f"{phase} on {world} ranks failed:\n" + "\n".join(failures)
+    _gloo.launch(__file__, phase, world, config, out)
 
 
 def worker(phase: str, config: str, out: str) -> None:

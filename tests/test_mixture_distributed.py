@@ -10,9 +10,6 @@ uninterrupted stream it computes itself.
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -21,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from _gloo import start, wait
 from test_mixture_loader import (
     SCHEDULE,
     SIZES,
@@ -36,50 +34,7 @@ from streamload import build_loader
 from streamload.testing import assert_batches_equal, collect_global_batches
 
 SAVE, RESUME = 7, 6
-TIMEOUT = 120
 RESUMES = {"resume2": (2, "mix12.json"), "resume3": (3, "mix12.json"), "double": (4, "mix24.json")}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start(phase: str, world: int, config: Path, out: Path) -> list[subprocess.Popen[bytes]]:
-    """Start ``world`` ranks of this file's ``worker`` on a fresh port."""
-    port, procs = free_port(), []
-    for rank in range(world):
-        env = {
-            **os.environ,
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-        }
-        cmd = [sys.executable, __file__, phase, str(config), str(out)]
-        procs.append(
-            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        )
-    return procs
-
-
-def wait(groups: dict[str, list[subprocess.Popen[bytes]]]) -> None:
-    """Wait for every rank of every group; fail with the output of those that failed."""
-    failures = []
-    for phase, procs in groups.items():
-        for rank, proc in enumerate(procs):
-            try:
-                output, _ = proc.communicate(timeout=TIMEOUT)
-            except subprocess.TimeoutExpired:
-                for other in (p for ps in groups.values() for p in ps):
-                    other.kill()
-                pytest.fail(f"{phase}: rank {rank} did not finish in {TIMEOUT} s")
-            if proc.returncode != 0:
-                text = output.decode()[-3000:]
-                failures.append(f"{phase} rank {rank} exited {proc.returncode}:\n{text}")
-    assert not failures, "\n".join(failures)
 
 
 def worker(phase: str, config: str, out: str) -> None:
@@ -133,13 +88,18 @@ def test_mixture_saved_on_four_ranks_resumes_on_two_three_and_four_with_twice_th
         reference = uninterrupted.take(SAVE + RESUME)
     positions = uninterrupted.state_dict()["sources"]
 
-    wait({"save": start("save", 4, tmp_path / "mix12.json", tmp_path)})
+    wait({"save": start(__file__, 4, ["save", tmp_path / "mix12.json", tmp_path])})
     saved = gather(tmp_path, "save", 4)
     assert_batches_equal(reference[:SAVE], saved, "4 ranks before saving")
     state = json.loads((tmp_path / "state.json").read_text())
     assert (state["cursor"]["samples"], state["cursor"]["step"]) == (SAVE * 12, SAVE)
 
-    wait({p: start(p, world, tmp_path / c, tmp_path) for p, (world, c) in RESUMES.items()})
+    wait(
+        {
+            p: start(__file__, world, [p, tmp_path / c, tmp_path])
+            for p, (world, c) in RESUMES.items()
+        }
+    )
     for phase in ("resume2", "resume3"):
         world = RESUMES[phase][0]
         assert_batches_equal(reference[SAVE:], gather(tmp_path, phase, world), phase)

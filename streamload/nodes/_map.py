@@ -7,7 +7,7 @@ from typing import Any, Generic, TypeVar
 
 from torchdata.nodes import BaseNode
 
-__all__ = ["MapStage"]
+__all__ = ["MapStage", "unwrap_legacy_state"]
 
 X = TypeVar("X")
 Y = TypeVar("Y")
@@ -34,3 +34,30 @@ class MapStage(BaseNode[Y], Generic[X, Y]):
 
     def get_state(self) -> dict[str, Any]:
         return self.source.state_dict()
+
+
+_LEGACY_KEY = "source"
+
+
+def unwrap_legacy_state(source: BaseNode[Any], state: dict[str, Any]) -> dict[str, Any]:
+    """The source's state from a map stage's saved state, old or new shape.
+
+    Map stages pass their source's state through. ``MapWorkers`` once wrapped it as
+    ``{"source": <source state>}``; such a state is recognised by comparing its shape (the
+    nested keys) with the shape of the source's own state, so a source whose state is itself
+    ``{"source": …}`` (torchdata's ``Batcher``) is never unwrapped by mistake.
+    """
+    if set(state) != {_LEGACY_KEY} or not isinstance(state[_LEGACY_KEY], dict):
+        return state
+    source.reset(None)  # its fresh state shows the shape; reset again by the caller
+    shape = _shape(source.state_dict())
+    if _shape(state) != shape and _shape(state[_LEGACY_KEY]) == shape:
+        return state[_LEGACY_KEY]
+    return state
+
+
+def _shape(state: Any) -> Any:
+    """Nested dict keys of a state (leaves are ``None``)."""
+    if isinstance(state, dict):
+        return {key: _shape(value) for key, value in state.items()}
+    return None

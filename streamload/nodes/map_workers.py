@@ -3,61 +3,172 @@
 Why not ``torchdata.nodes.ParallelMapper``: its process workers can exit while tensors they
 sent through shared memory are still in flight, and its sorting thread then fails on the dead
 sender's file descriptors. Here shutdown first asks every worker to finish, drains every
-result until each worker has said it is done, and only then joins them — so closing a loader
-mid-pass (a ``break``, a restore) is silent and leaks nothing. A worker that dies is
-reported by name and exit code instead of hanging the training loop.
+result until each worker has said it is done, and only then lets them exit — so closing a
+loader mid-pass (a ``break``, a restore) is silent and leaks nothing.
+
+Each worker has its own task queue and its own result queue (as ``torch.utils.data``
+workers have their own index queue): item ``s`` goes to worker ``s % num_workers``, and as a
+worker serves its items in order, the next item to deliver is always the next message of one
+known queue — no reordering buffer, and no queue lock shared between workers, so a worker
+killed while it waits for work (holding its queue's read lock) stalls nobody. A dead worker is
+noticed within a fraction of a second and reported by name, pid and exit code or signal,
+never a hang. A process worker also watches its parent and exits when the parent dies, so a
+killed training process leaves no orphans.
 
 Items are chunks of batches (megabytes each), so one queue message per chunk is cheap;
-process workers return ``torch`` tensors, which ``torch.multiprocessing`` passes through
-shared memory instead of pickling their bytes.
+results are written into reused shared-memory slots (:mod:`streamload.nodes._slots`), or
+else handed over as ``torch`` tensors through ``torch.multiprocessing``'s shared memory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import os
+import pickle
 import queue
+import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any, Generic, TypeVar
 
 import torch
 import torch.multiprocessing as tmp
 from torchdata.nodes import BaseNode
 
-from streamload.errors import StreamloadError
+from streamload.errors import StreamloadError, add_note
+from streamload.nodes._map import unwrap_legacy_state
 from streamload.nodes._slots import SlotRef, read_slot, write_slot
 
-__all__ = ["MapWorkers", "WorkerDied"]
+__all__ = ["MapWorkers", "WorkerDied", "WorkerError"]
 
 X = TypeVar("X")
 Y = TypeVar("Y")
 
 _DONE = "__streamload_worker_done__"
-_POLL_SECONDS = 1.0
+_POLL_SECONDS = 0.2
+_PARENT_POLL_SECONDS = 0.5
 _SHUTDOWN_SECONDS = 30.0
+_ORPHAN_EXIT_CODE = 75
 
 
 class WorkerDied(StreamloadError):
     """A loader worker process exited without finishing its work."""
 
 
+class WorkerError(StreamloadError):
+    """The map function failed in a worker process with an exception that cannot be sent
+    back as is; the message names its type and text, a note holds the worker's traceback."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A picklable summary of an exception raised in a worker process.
+
+    An exception object may not survive pickling (an attribute holds a lock, ``__init__``
+    takes other arguments than ``args``…); sending it as is would fail in the queue's feeder
+    thread and the consumer would wait forever. The summary always pickles.
+    """
+
+    type_name: str
+    message: str
+    traceback: str
+    original: bytes | None  # the pickled exception, when it survives a round trip
+
+    @classmethod
+    def of(cls, exc: BaseException) -> _Failure:
+        kind = type(exc)
+        original: bytes | None
+        try:
+            original = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.loads(original)
+        except Exception:  # any failure means: send the summary only
+            original = None
+        try:
+            message = str(exc)
+        except Exception:
+            message = f"<{kind.__name__} whose str() fails>"
+        text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+        return cls(f"{kind.__module__}.{kind.__qualname__}", message, text, original)
+
+    def rebuild(self, worker: str) -> BaseException:
+        """The original exception when it unpickles, else a :class:`WorkerError`."""
+        exc: Any = None
+        if self.original is not None:
+            with contextlib.suppress(Exception):
+                exc = pickle.loads(self.original)
+        if not isinstance(exc, BaseException):
+            exc = WorkerError(
+                f"loader worker {worker}: the map function raised {self.type_name}: "
+                f"{self.message} (re-raised as WorkerError: the exception does not pickle)"
+            )
+        add_note(exc, f"traceback in loader worker {worker}:\n{self.traceback.rstrip()}")
+        return exc
+
+
+def _watch_parent() -> None:
+    """Exit this worker process when its parent dies (a killed trainer leaves no orphans).
+
+    The parent's sentinel fires when it exits; the parent pid check also covers forked
+    siblings that keep a copy of the sentinel's other end open.
+    """
+    parent = multiprocessing.parent_process()
+    ppid = os.getppid()
+    sentinels = [parent.sentinel] if parent is not None else []
+    while True:
+        if sentinels and wait(sentinels, timeout=_PARENT_POLL_SECONDS):
+            os._exit(_ORPHAN_EXIT_CODE)
+        if not sentinels:
+            time.sleep(_PARENT_POLL_SECONDS)
+        if os.getppid() != ppid:
+            os._exit(_ORPHAN_EXIT_CODE)
+
+
 def _worker_loop(
-    fn: Callable[[Any], Any], tasks: Any, results: Any, release: Any, slots: list[Any]
+    fn: Callable[[Any], Any], tasks: Any, results: Any, slots: list[Any], is_process: bool
 ) -> None:
+    if is_process:
+        threading.Thread(target=_watch_parent, name="parent-watchdog", daemon=True).start()
     while True:
         task = tasks.get()
         if task is None:
             results.put(_DONE)
             # A process serves the shared-memory handles of the tensors it sent until it
-            # exits, so it stays until the consumer has received everything.
-            release.wait(_SHUTDOWN_SECONDS)
+            # exits, so it stays until the consumer has received everything and says so.
+            tasks.get()
             return
         seq, item, slot = task
         try:
-            results.put((seq, write_slot(fn(item), slots, slot), None))
-        except BaseException as exc:
-            results.put((seq, None, exc))
+            message: Any = (seq, write_slot(fn(item), slots, slot), None)
+            if is_process:  # pickle here, not in the queue's feeder thread, to catch failures
+                try:
+                    message = _dumps(message)
+                except Exception as exc:
+                    kind = type(message[1]).__name__
+                    add_note(exc, f"the result of item {seq} (a {kind}) does not pickle")
+                    raise
+        except BaseException as exc:  # every failure goes to the consumer
+            message = (seq, None, _Failure.of(exc)) if is_process else (seq, None, exc)
+            if is_process:
+                message = _dumps(message)
+        results.put(message)
+
+
+def _dumps(message: Any) -> bytes:
+    """Pickle with torch's reductions (tensors travel through shared memory)."""
+    return bytes(ForkingPickler.dumps(message, pickle.HIGHEST_PROTOCOL))
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by signal {signal.Signals(-code).name} (exit code {code})"
+    return f"exited with code {code}"
 
 
 class MapWorkers(BaseNode[Y], Generic[X, Y]):
@@ -66,7 +177,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
     Args:
         source: The input stage.
         fn: A picklable callable (for processes).
-        num_workers: Workers (>= 1).
+        num_workers: Workers (>= 1); item ``s`` is computed by worker ``s % num_workers``.
         method: ``"thread"`` or ``"process"``.
         max_inflight: Items submitted but not yet delivered (default ``2 * num_workers``).
         mp_context: ``fork``/``spawn``/``forkserver`` for processes (default: torch's).
@@ -74,12 +185,16 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             :mod:`streamload.nodes._slots`); results that are dicts of tensors and fit are
             handed over through a slot. 0 disables slots.
 
-    State:
-        ``source``: the source's state right after the last delivered item was drawn from it
-        (items in flight are not part of the state; they are recomputed after a restore).
-    """
+    Raises:
+        WorkerDied: a worker process died (killed, out of memory, crashed).
+        WorkerError: ``fn`` raised an exception that does not pickle (one that does is
+            re-raised as itself); either way a note carries the worker's traceback.
 
-    SOURCE_KEY = "source"
+    State:
+        Exactly the source's state right after the last delivered item was drawn from it
+        (items in flight are recomputed after a restore), as for every map stage. A state
+        saved by older versions, ``{"source": <source state>}``, is still accepted.
+    """
 
     def __init__(
         self,
@@ -104,19 +219,21 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         self._slots: list[Any] = []
         self._free: list[int] = []
         self._workers: list[Any] = []
-        self._tasks: Any = None
-        self._results: Any = None
+        self._tasks: list[Any] = []
+        self._results: list[Any] = []
         self._state: dict[str, Any] | None = None
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         self._shutdown()
-        self.source.reset(initial_state[self.SOURCE_KEY] if initial_state else None)
+        if initial_state is not None:
+            initial_state = unwrap_legacy_state(self.source, initial_state)
+        self.source.reset(initial_state)
         self._state = self.source.state_dict()
         self._submitted = self._delivered = 0
         self._exhausted = False
-        self._ready: dict[int, tuple[Any, BaseException | None]] = {}
         self._states: dict[int, dict[str, Any]] = {}
+        self._slot_of: dict[int, int | None] = {}
         self._start()
 
     def next(self) -> Y:
@@ -125,47 +242,62 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         self._fill()
         if self._delivered == self._submitted:
             raise StopIteration
-        while self._delivered not in self._ready:
-            self._receive()
-        value, error = self._ready.pop(self._delivered)
-        if error is not None:
-            self._shutdown()
-            raise error
+        seq = self._delivered
+        value, failure = self._receive(seq)
+        slot = self._slot_of.pop(seq)
         if isinstance(value, SlotRef):
-            slot, value = value.slot, read_slot(value, self._slots)
+            value = read_slot(value, self._slots)
+        if slot is not None:  # also when the result fell back to a normal hand-off
             self._free.append(slot)
-        self._state = self._states.pop(self._delivered)
+        if failure is not None:
+            self._shutdown()
+            raise self._reraise(seq, failure)
+        self._state = self._states.pop(seq)
         self._delivered += 1
         return value
 
     def get_state(self) -> dict[str, Any]:
-        return {self.SOURCE_KEY: self._state}
+        return self._state if self._state is not None else self.source.state_dict()
+
+    def free_slots(self) -> int:
+        """Shared-memory slots not assigned to an item in flight (all of them when idle)."""
+        return len(self._free)
 
     def _start(self) -> None:
         make: Any
         if self.method == "thread":
-            self._tasks, self._results = queue.Queue(), queue.Queue()
-            self._release: Any = threading.Event()
+            new_queue: Any = queue.Queue
             make = threading.Thread
         else:
             ctx: Any = tmp.get_context(self.mp_context)
-            self._tasks, self._results = ctx.Queue(), ctx.Queue()
-            self._release = ctx.Event()
-            make = ctx.Process
+            new_queue, make = ctx.Queue, ctx.Process
             if self.slot_bytes and not self._slots:
                 count = self.max_inflight  # a slot is freed as soon as its chunk is copied out
                 self._slots = [torch.empty(self.slot_bytes, dtype=torch.uint8).share_memory_()
                                for _ in range(count)]  # fmt: skip
-            self._free = list(range(len(self._slots)))
+        self._free = list(range(len(self._slots)))
+        self._tasks = [new_queue() for _ in range(self.num_workers)]
+        self._results = [new_queue() for _ in range(self.num_workers)]
         for index in range(self.num_workers):
             worker = make(
                 target=_worker_loop,
-                args=(self.fn, self._tasks, self._results, self._release, self._slots),
+                args=(
+                    self.fn,
+                    self._tasks[index],
+                    self._results[index],
+                    self._slots,
+                    self.method == "process",
+                ),
                 name=f"streamload-worker-{index}",
                 daemon=True,
             )
-            worker.start()
             self._workers.append(worker)
+            try:
+                worker.start()
+            except BaseException:  # e.g. spawn cannot pickle fn: stop the ones started
+                self._workers.pop()
+                self._abandon(join=True)
+                raise
 
     def _fill(self) -> None:
         while not self._exhausted and self._submitted - self._delivered < self.max_inflight:
@@ -174,74 +306,97 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             except StopIteration:
                 self._exhausted = True
                 return
-            self._states[self._submitted] = self.source.state_dict()
+            seq = self._submitted
+            self._states[seq] = self.source.state_dict()
             slot = self._free.pop() if self._free else None
-            self._tasks.put((self._submitted, item, slot))
+            self._slot_of[seq] = slot
+            self._tasks[seq % self.num_workers].put((seq, item, slot))
             self._submitted += 1
 
-    def _receive(self) -> None:
+    def _receive(self, seq: int) -> tuple[Any, Any]:
+        """The result of item ``seq``: the next message of its worker's result queue."""
+        results = self._results[seq % self.num_workers]
         while True:
             try:
-                message = self._results.get(timeout=_POLL_SECONDS)
+                message = results.get(timeout=_POLL_SECONDS)
             except queue.Empty:
-                self._check_alive()
+                self._check_alive(seq)
                 continue
-            if message != _DONE:
-                seq, value, error = message
-                if error is not None and isinstance(value, SlotRef):  # pragma: no cover
-                    self._free.append(value.slot)
-                self._ready[seq] = (value, error)
-                return
+            if self.method == "process":
+                message = pickle.loads(message)
+            _, value, failure = message
+            return value, failure
 
-    def _check_alive(self) -> None:
+    def _reraise(self, seq: int, failure: Any) -> BaseException:
+        worker = f"streamload-worker-{seq % self.num_workers}"
+        exc = failure.rebuild(worker) if isinstance(failure, _Failure) else failure
+        add_note(exc, f"(while {type(self).__name__} computed item {seq} in {worker})")
+        return exc
+
+    def _check_alive(self, seq: int) -> None:
         for worker in self._workers:
             code = getattr(worker, "exitcode", None)
             if code is not None:
-                self._shutdown()
+                self._abandon(join=True)
                 raise WorkerDied(
-                    f"loader worker {worker.name} exited with code {code} while working; "
-                    "it was killed (out of memory?) or crashed"
+                    f"loader worker {worker.name} (pid {worker.pid}) {_describe_exit(code)} "
+                    f"while the loader waited for item {seq}; it was killed (out of memory?) "
+                    "or crashed"
                 )
 
     def _shutdown(self) -> None:
+        """Stop the workers: each finishes, every result is drained, then they exit."""
         workers, self._workers = self._workers, []
         if not workers:
             return
-        for _ in workers:
-            self._tasks.put(None)
-        self._drain(workers)
-        self._release.set()
+        for tasks in self._tasks:
+            tasks.put(None)
+        deadline = time.monotonic() + _SHUTDOWN_SECONDS
+        for worker, results in zip(workers, self._results, strict=False):
+            self._drain(worker, results, deadline)
+        for tasks in self._tasks:
+            tasks.put(None)  # the consumer holds every result: the worker may exit
         for worker in workers:
-            worker.join(timeout=_SHUTDOWN_SECONDS)
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
             if self.method == "process" and worker.is_alive():
                 worker.terminate()
+        self._close_queues()
 
-    def _drain(self, workers: list[Any]) -> None:
-        """Receive (and drop) every result until each live worker has said it is done."""
-        done = 0
-        deadline = time.monotonic() + _SHUTDOWN_SECONDS
-        while done < len(workers) and time.monotonic() < deadline:
+    @staticmethod
+    def _drain(worker: Any, results: Any, deadline: float) -> None:
+        """Receive (and drop) a worker's results until it says it is done or it is gone."""
+        while time.monotonic() < deadline:
             try:
-                message = self._results.get(timeout=_POLL_SECONDS)
-            except queue.Empty:
-                if all(not w.is_alive() for w in workers):
+                if results.get(timeout=_POLL_SECONDS) == _DONE:
                     return
-                continue
-            done += message == _DONE
+            except queue.Empty:
+                if not worker.is_alive():
+                    return
+
+    def _close_queues(self) -> None:
+        if self.method == "process":
+            for q in (*self._tasks, *self._results):
+                # A dead worker never reads its tasks: exiting must not wait to flush them.
+                q.cancel_join_thread()
+                q.close()
+        self._tasks, self._results = [], []
 
     def __del__(self) -> None:
         # Garbage collection must never wait (queue feeder threads may already be gone, or
         # this may run inside a worker thread): stop without draining.
         with contextlib.suppress(Exception):
-            self._abandon()
+            self._abandon(join=False)
 
-    def _abandon(self) -> None:
+    def _abandon(self, join: bool) -> None:
+        """Stop at once without draining (after a worker died, or at garbage collection)."""
         workers, self._workers = self._workers, []
-        if not workers:
-            return
-        self._release.set()
-        for worker in workers:
+        for worker, tasks in zip(workers, self._tasks, strict=False):
             if self.method == "process":
                 worker.terminate()
             else:
-                self._tasks.put_nowait(None)
+                tasks.put_nowait(None)
+                tasks.put_nowait(None)
+        for worker in workers:
+            if join and self.method == "process":
+                worker.join(timeout=_POLL_SECONDS)
+        self._close_queues()

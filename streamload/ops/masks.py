@@ -1,8 +1,8 @@
 """Document-packing masks, vectorized over a whole block of windows.
 
 Input: ``starts`` — bool ``[n, L+1]``, ``starts[i, t]`` is True when token t of window i
-begins a new document (t > 0; column 0 is always False: a window's first token starts its
-first segment). From these, for the L input positions:
+begins a new document (column 0 is ignored: a window's first token starts its first
+segment whether or not a document begins there). From these, for the L input positions:
 
 * ``doc_ids[i, t]`` = number of document starts in ``(0, t]`` (0 for the first segment);
 * ``position_ids[i, t]`` = t minus the start of t's document (restarts at 0 per document,
@@ -75,6 +75,10 @@ def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarr
     if not labels.flags.c_contiguous:
         raise ValueError("labels must be C-contiguous: they are masked in place")
     row, col = np.divmod(np.flatnonzero(starts), width)
+    # A start at column 0 opens the window's first segment anyway; kept, it would mask the
+    # previous row's last label (flat index - 1) and add an empty segment.
+    keep = col > 0
+    row, col = row[keep], col[keep]
     labels.reshape(-1)[row * length + col - 1] = IGNORE_INDEX
     inner = col < length
     seg_start, seg_row, seg_doc, first = _segments(n, length, row[inner], col[inner])
