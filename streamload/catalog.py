@@ -4,28 +4,51 @@ Only listings and header bytes are read. The fingerprint hashes, per shard in or
 relative to the source root, the byte size, the token count and the dtype: enough to notice
 other data, a reordered or re-tokenized corpus, without reading token data; and independent
 of where the corpus is mounted, so a run may move its data between folders or buckets.
+
+Remote sources (any fsspec URL but ``file://``) are listed once; their headers are read
+concurrently (``storage.max_concurrency``) with retries, and every shard carries a
+:class:`~streamload.remote.StorageHandle` through which its tokens are later read by byte
+range (docs/remote.md). With ``on_error = "skip"`` a shard whose header stays unreadable is
+left out, warned about and counted; the fingerprint then covers only the shards kept.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import hashlib
 import posixpath
+import time
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
-from streamload.config import SourceConfig
+from streamload.config import DataConfig, SourceConfig
+from streamload.config.source import OnError
+from streamload.config.storage import StorageConfig
+from streamload.errors import ConfigError, FormatError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
 from streamload.formats.sniff import describe_shard, folder_dtype
 from streamload.listing import list_source_files, sibling_names
+from streamload.remote.errors import RemoteReadError
+from streamload.remote.store import StorageHandle
 
-__all__ = ["SourceCatalog", "describe_source"]
+__all__ = ["SourceCatalog", "describe_source", "describe_sources", "storage_handle"]
 
 
 @dataclass(frozen=True)
 class SourceCatalog:
-    """A source's described shards, in stream order."""
+    """A source's described shards, in stream order.
+
+    Attributes:
+        config: The source.
+        shards: The described shards.
+        skipped: Shards left out under ``on_error = "skip"``: (path, reason), in order.
+    """
 
     config: SourceConfig
     shards: tuple[ShardInfo, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
 
     @property
     def num_tokens(self) -> int:
@@ -40,26 +63,108 @@ class SourceCatalog:
         return digest.hexdigest()
 
 
-def describe_source(source: SourceConfig, vocab_size: int | None = None) -> SourceCatalog:
+def storage_handle(fs: Any, source: SourceConfig, storage: StorageConfig) -> StorageHandle | None:
+    """The handle remote shards of ``source`` are read through (``None`` for local files)."""
+    protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
+    if "file" in protocols or "local" in protocols:
+        return None
+    return StorageHandle(protocols[0], dict(source.storage_options), storage, source.on_error.value)
+
+
+def describe_sources(config: DataConfig) -> tuple[SourceCatalog, ...]:
+    """Every source of a config, described with its ``vocab_size`` and ``[storage]``."""
+    return tuple(describe_source(s, config.vocab_size, config.storage) for s in config.sources)
+
+
+def describe_source(
+    source: SourceConfig, vocab_size: int | None = None, storage: StorageConfig | None = None
+) -> SourceCatalog:
     """List a source and read each shard's header.
 
+    Args:
+        source: The source.
+        vocab_size: Configured vocabulary size (some formats pick a width by it).
+        storage: Fetching options for remote sources (default ``StorageConfig()``).
+
     Raises:
-        ConfigError: the path lists no files.
+        ConfigError: the path lists no files (or every shard was skipped).
         FormatError: a shard is empty, corrupt, or of an unknown width.
+        RemoteReadError: a remote header stays unreadable (``on_error = "raise"``).
     """
+    storage = storage or StorageConfig()
     fs, files = list_source_files(source)
+    handle = storage_handle(fs, source, storage)
     meta: dict[str, str | None] = {}
     siblings: dict[str, frozenset[str]] = {}
-    shards = []
-    for f in files:
+    jobs = []
+    for f in files:  # folder facts first (one listing per folder), sequentially
         folder = posixpath.dirname(f.path)
         options = ReadOptions(
             dtype=source.dtype, meta_dtype=folder_dtype(fs, folder, meta), vocab_size=vocab_size
         )
-        listed = ListedFile(_url(fs, f.path), f.relpath, f.size)
-        names = sibling_names(fs, folder, siblings)
-        shards.append(describe_shard(fs, listed, source.format.value, options, names))
-    return SourceCatalog(source, tuple(shards))
+        listed = ListedFile(_url(fs, f.path), f.relpath, f.size, f.version)
+        jobs.append((listed, options, sibling_names(fs, folder, siblings)))
+    if handle is None:
+        fmt = source.format.value
+        infos = [describe_shard(fs, listed, fmt, opts, names) for listed, opts, names in jobs]
+        return SourceCatalog(source, tuple(infos))
+    return _describe_remote(fs, source, storage, handle, jobs)
+
+
+def _describe_remote(
+    fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Any]
+) -> SourceCatalog:
+    def describe(job: tuple[ListedFile, ReadOptions, frozenset[str]]) -> ShardInfo | str:
+        listed, options, names = job
+        try:
+            info = _with_retries(storage, listed.path, describe_shard, fs, listed,
+                                 source.format.value, options, names)  # fmt: skip
+        except RemoteReadError as exc:
+            if source.on_error is not OnError.SKIP:
+                raise
+            return str(exc)
+        return dataclasses.replace(info, version=listed.version, storage=handle)
+
+    with concurrent.futures.ThreadPoolExecutor(storage.max_concurrency) as pool:
+        results = list(pool.map(describe, jobs))
+    shards, skipped = [], []
+    for job, result in zip(jobs, results, strict=True):
+        if isinstance(result, str):
+            skipped.append((job[0].path, result))
+            warnings.warn(
+                f"source {source.name!r}: skipping {job[0].path} (on_error = 'skip'): {result}",
+                stacklevel=3,
+            )
+        else:
+            shards.append(result)
+    if not shards:
+        raise ConfigError(f"source {source.name!r}: every shard was unreadable and skipped")
+    stats = handle.store().stats
+    for path, reason in skipped:
+        stats.add("skipped_shards")
+        stats.skipped(path, reason)
+    return SourceCatalog(source, tuple(shards), tuple(skipped))
+
+
+def _with_retries(storage: StorageConfig, path: str, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` retried on I/O errors (never on FormatError/ConfigError: a corrupt header
+    stays corrupt); missing or denied objects fail at once."""
+    last = ""
+    for attempt in range(storage.retries + 1):
+        if attempt:
+            time.sleep(min(10.0, storage.backoff * 2 ** (attempt - 1)))
+        try:
+            return fn(*args)
+        except (FormatError, ConfigError):
+            raise
+        except (FileNotFoundError, PermissionError) as exc:
+            raise RemoteReadError(f"{path}: cannot read its header: {exc!r}") from exc
+        except Exception as exc:
+            last = f"{type(exc).__name__}: {exc}"
+    raise RemoteReadError(
+        f"{path}: header still unreadable after {storage.retries + 1} attempts; last failure: "
+        f"{last}"
+    )
 
 
 def _url(fs: object, path: str) -> str:

@@ -19,7 +19,13 @@ from streamload.config import SourceConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile
 
-__all__ = ["TOKEN_SUFFIXES", "list_source_files", "sibling_names", "source_filesystem"]
+__all__ = [
+    "TOKEN_SUFFIXES",
+    "list_source_files",
+    "object_version",
+    "sibling_names",
+    "source_filesystem",
+]
 
 TOKEN_SUFFIXES = (".npy", ".bin", ".pbin", ".ds")
 """Suffixes a folder listing treats as token files (companions such as ``.idx``,
@@ -104,13 +110,27 @@ def _expand(fs: Any, entry: str) -> list[ListedFile]:
         return [_single(fs, entry + ".bin")]
     else:
         raise ConfigError(f"{entry}: no such file or folder")
-    listed = [ListedFile(i["name"], _relative(i["name"], root), int(i["size"])) for i in files]
+    listed = [
+        ListedFile(i["name"], _relative(i["name"], root), int(i["size"]), object_version(i))
+        for i in files
+    ]
     return sorted(listed, key=lambda f: f.path)
 
 
 def _single(fs: Any, path: str) -> ListedFile:
     info = fs.info(path)
-    return ListedFile(info["name"], posixpath.basename(info["name"]), int(info["size"]))
+    name = info["name"]
+    return ListedFile(name, posixpath.basename(name), int(info["size"]), object_version(info))
+
+
+def object_version(info: dict[str, Any]) -> str:
+    """A listed object's version tag (ETag, generation or mtime), or ``""``: the remote cache
+    keys blocks by it, so a replaced object never reads stale blocks."""
+    for key in ("ETag", "etag", "generation", "md5Hash", "LastModified", "last_modified", "mtime"):
+        value = info.get(key)
+        if value not in (None, ""):
+            return str(value)
+    return ""
 
 
 def sibling_names(fs: Any, folder: str, cache: dict[str, frozenset[str]]) -> frozenset[str]:

@@ -37,7 +37,7 @@ class SourceStream:
         self.catalog = catalog
         self.name = catalog.config.name
         self.seq_len = config.seq_len
-        self.shards = ShardSet(catalog.shards)
+        self.shards = ShardSet(catalog.shards, config.storage)
         counts = np.array([s.num_tokens for s in catalog.shards], dtype=np.int64)
         self.layout = WindowLayout(counts, config.seq_len, config.sampling.cross_shard)
         self._check()

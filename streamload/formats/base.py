@@ -16,9 +16,10 @@ A :class:`ShardInfo` holds no open file, so it pickles cheaply into worker proce
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -36,6 +37,8 @@ __all__ = [
     "check_size_unchanged",
     "check_token_dtype",
     "local_path",
+    "open_token_file",
+    "token_array",
 ]
 
 SNIFF_BYTES = 16
@@ -44,11 +47,13 @@ SNIFF_BYTES = 16
 
 @dataclass(frozen=True)
 class ListedFile:
-    """One listed file: full path (as its file system names it), path under the root, size."""
+    """One listed file: full path (as its file system names it), path under the root, size,
+    and a version tag (ETag, generation or mtime; ``""`` when the store gives none)."""
 
     path: str
     relpath: str
     size: int
+    version: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,9 @@ class ShardInfo:
         index_path: Companion index file (Megatron ``.idx``, Dolma ``.csv.gz``...), if any.
         meta: Small format-specific header facts (ints and strings), e.g. Megatron's
             sequence and document counts.
+        version: The token file's version tag from the listing (remote cache keys).
+        storage: For remote shards, the :class:`~streamload.remote.StorageHandle` their
+            bytes are read through (range reads, block cache); ``None`` for local files.
     """
 
     path: str
@@ -93,6 +101,13 @@ class ShardInfo:
     num_tokens: int
     index_path: str | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    version: str = field(default="", compare=False)
+    storage: Any = field(default=None, compare=False, hash=False, repr=False)
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether the token file is read through remote storage (not mapped)."""
+        return self.storage is not None and local_path(self.path) is None
 
 
 class TokenShard(Protocol):
@@ -171,15 +186,20 @@ def local_path(path: str) -> str | None:
     return None if "://" in path else path
 
 
-def check_size_unchanged(path: str, expected: int) -> str:
+def check_size_unchanged(path: str, expected: int, storage: Any = None) -> str:
     """The local path of ``path`` after checking its size is still ``expected`` bytes.
 
+    A remote ``path`` (a small companion such as an index) is copied once into the cache of
+    ``storage`` (a :class:`~streamload.remote.StorageHandle`) and that copy's path returned.
+
     Raises:
-        FormatError: remote (not readable here yet), missing, or resized since start-up.
+        FormatError: remote without a storage, missing, or resized since start-up.
     """
     local = local_path(path)
     if local is None:
-        raise FormatError(f"{path}: reading token data from remote storage is not supported yet")
+        if storage is None:
+            raise FormatError(f"{path}: a remote file, but the shard was described without storage")
+        return str(storage.store().local_copy(path, expected))
     try:
         size = os.path.getsize(local)
     except OSError as exc:
@@ -192,8 +212,50 @@ def check_size_unchanged(path: str, expected: int) -> str:
     return local
 
 
+def token_array(info: ShardInfo, *, plain: bool = True) -> Any:
+    """The shard's tokens as a 1-D array sliced without copying the file.
+
+    Local files: a read-only ``numpy.memmap``, by default as a plain ndarray view (``plain``:
+    slicing it is ~3x cheaper than slicing the ``np.memmap`` subclass; the view keeps the map
+    alive). Remote
+    files: a :class:`~streamload.remote.RemoteTokens` whose slices are byte-range reads through
+    the block cache.
+
+    Raises:
+        FormatError: the local file is missing or resized since start-up.
+    """
+    dtype = np.dtype(info.dtype)
+    if info.is_remote:
+        from streamload.remote.array import RemoteTokens
+        from streamload.remote.store import RemoteObject
+
+        obj = RemoteObject(info.path, info.size, info.version)
+        return RemoteTokens(info.storage.store(), obj, dtype, info.offset, info.num_tokens)
+    local = check_size_unchanged(info.path, info.size)
+    if info.num_tokens == 0:
+        return np.empty(0, dtype=dtype)
+    mapped = np.memmap(local, dtype=dtype, mode="r", offset=info.offset, shape=(info.num_tokens,))
+    return mapped.view(np.ndarray) if plain else mapped
+
+
+def open_token_file(info: ShardInfo) -> BinaryIO:
+    """The shard's token file opened for reading (seekable; ranged reads when remote).
+
+    Raises:
+        FormatError: the local file is missing or resized since start-up.
+    """
+    if info.is_remote:
+        from streamload.remote.array import RemoteFile
+        from streamload.remote.store import RemoteObject
+
+        obj = RemoteObject(info.path, info.size, info.version)
+        return io.BufferedReader(RemoteFile(info.storage.store(), obj))
+    return open(check_size_unchanged(info.path, info.size), "rb")
+
+
 class MemmapShard:
-    """A local flat token file mapped with ``numpy.memmap``; slicing is zero-copy.
+    """A flat token file: mapped with ``numpy.memmap`` when local (zero-copy slices), read by
+    byte range when remote (:func:`token_array`).
 
     Args:
         info: The shard.
@@ -202,16 +264,7 @@ class MemmapShard:
 
     def __init__(self, info: ShardInfo, bounds: np.ndarray | None = None) -> None:
         self.info = info
-        local = check_size_unchanged(info.path, info.size)
-        # A plain ndarray view of the map: slicing it is ~3x cheaper than slicing the
-        # np.memmap subclass (the view keeps the map alive through its base).
-        self._array = np.memmap(
-            local,
-            dtype=np.dtype(info.dtype),
-            mode="r",
-            offset=info.offset,
-            shape=(info.num_tokens,),
-        ).view(np.ndarray)
+        self._array = token_array(info)
         self._bounds = bounds
 
     def tokens(self, start: int, stop: int) -> np.ndarray:

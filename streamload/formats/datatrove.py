@@ -197,13 +197,15 @@ class DatatroveFormat:
 
     def open(self, info: ShardInfo) -> DatatroveShard:
         index_path = info.index_path or info.path + ".index"
-        local = check_size_unchanged(index_path, int(info.meta["index_size"]))
+        local = check_size_unchanged(index_path, int(info.meta["index_size"]), info.storage)
         index = np.memmap(local, dtype="<u8", mode="r")
         if int(index[-1]) != info.num_tokens:
             raise FormatError(f"{index_path}: changed since start-up (last end {index[-1]})")
         loss = None
         if "loss_size" in info.meta:
-            loss = check_size_unchanged(info.path + ".loss", int(info.meta["loss_size"]))
+            loss = check_size_unchanged(
+                info.path + ".loss", int(info.meta["loss_size"]), info.storage
+            )
         return DatatroveShard(info, index, loss)
 
 

@@ -174,7 +174,9 @@ class DolmaFormat:
     def open(self, info: ShardInfo) -> DolmaShard:
         if info.index_path is None:
             raise FormatError(f"{info.path}: shard description has no .csv.gz; describe it again")
-        csv_local = check_size_unchanged(info.index_path, int(info.meta["index_size"]))
+        csv_local = check_size_unchanged(
+            info.index_path, int(info.meta["index_size"]), info.storage
+        )
         with open(csv_local, "rb") as fh:
             rows = parse_rows(gunzip(fh.read(), csv_local), csv_local)
         check_rows(rows, info.size, np.dtype(info.dtype), csv_local)

@@ -43,6 +43,7 @@ from streamload.formats.base import (
     ShardInfo,
     check_size_unchanged,
     check_token_dtype,
+    token_array,
 )
 
 __all__ = [
@@ -64,15 +65,11 @@ class MegatronShard:
 
     def __init__(self, info: ShardInfo) -> None:
         self.info = info
-        local = check_size_unchanged(info.path, info.size)
         if info.index_path is None or "index_size" not in info.meta:
             raise FormatError(f"{info.path}: shard was not described by the megatron format")
-        self._idx_local = check_size_unchanged(info.index_path, info.meta["index_size"])
-        dtype = np.dtype(info.dtype)
-        self._tokens = (
-            np.memmap(local, dtype=dtype, mode="r", shape=(info.num_tokens,))
-            if info.num_tokens
-            else np.empty(0, dtype=dtype)
+        self._tokens = token_array(info, plain=False)  # a memmap, or range reads when remote
+        self._idx_local = check_size_unchanged(
+            info.index_path, info.meta["index_size"], info.storage
         )
         self._index: MegatronIndex | None = None
         self._sequences: np.ndarray | None = None

@@ -38,7 +38,7 @@ from streamload.formats.base import (
     ReadOptions,
     ShardInfo,
     TokenShard,
-    check_size_unchanged,
+    open_token_file,
 )
 
 __all__ = [
@@ -214,10 +214,9 @@ class ModalitiesShard(MemmapShard):
 
     def document_bounds(self) -> np.ndarray:
         if self._bounds is None:
-            local = check_size_unchanged(self.info.path, self.info.size)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # describe() warned about repairs already
-                with open(local, "rb") as fh:
+                with open_token_file(self.info) as fh:  # header + index tail only
                     layout = read_pbin_layout(fh, self.info.path, self.info.size)
             self._bounds = layout.bounds // layout.token_size
         return self._bounds

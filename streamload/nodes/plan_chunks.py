@@ -9,6 +9,7 @@ from torchdata.nodes import BaseNode
 
 from streamload.chunks import ChunkPlan
 from streamload.errors import ConfigError
+from streamload.remote.prefetch import Lookahead
 from streamload.stream import SampleStream, StreamCursor
 
 __all__ = ["PlanChunks", "RankSpec"]
@@ -46,7 +47,10 @@ class PlanChunks(BaseNode[ChunkPlan]):
     Chunks start small and double up to ``chunk_batches`` (1, 2, 4, …) so the first batch
     arrives quickly after a start or a restore. A pass ends with its last whole global batch
     (the partial remainder is dropped), or when
-    a mixture source's policy runs out. After a pass ends, ``reset(None)`` starts the next pass
+    a mixture source's policy runs out. For remote sources the windows of the next
+    ``storage.prefetch_batches`` batches are fetched ahead
+    (:class:`~streamload.remote.prefetch.Lookahead`); that never changes what is planned.
+    After a pass ends, ``reset(None)`` starts the next pass
     (like torchdata's ``SamplerWrapper`` advancing its epoch), so a
     ``torchdata.nodes.Loader`` walks pass after pass.
 
@@ -76,6 +80,14 @@ class PlanChunks(BaseNode[ChunkPlan]):
         self._cursor = self.start
         self._started = False
         self._size = 1
+        self._lookahead = Lookahead(
+            stream,
+            stream.config.storage.prefetch_batches,
+            rank.global_batch,
+            rank.world_size,
+            rank.rank,
+            chunk_batches,
+        )
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
@@ -87,6 +99,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
             self._cursor = self.start
         self._started = True
         self._size = 1
+        self._lookahead.reset()
 
     def next(self) -> ChunkPlan:
         spec = self.rank
@@ -96,6 +109,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
         )
         if planned is None:
             raise StopIteration
+        self._lookahead.advance(self._cursor)  # this chunk and the next batches
         plan, self._cursor = planned
         self._size = size * 2
         return plan

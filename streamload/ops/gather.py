@@ -4,25 +4,47 @@ The shards of a source form one stream; ``offsets[i]`` is the stream offset of s
 first token. A window is located with one ``searchsorted`` over shards (never over documents)
 and copied straight from the memory map into the output row, so the work per window is one
 ``memcpy``. Windows that straddle two shards (only with ``cross_shard = true``) are stitched.
+
+Remote shards (docs/remote.md) are read by byte range: :meth:`ShardSet.prefetch` turns windows
+into the byte ranges of their shards and starts fetching them (coalesced, bounded
+concurrency), and :meth:`ShardSet.gather` prefetches a whole chunk before copying its rows,
+so the chunk's windows arrive concurrently. Under ``on_error = "skip"`` a row whose bytes stay
+unreadable is zero-filled and its stream offset recorded (:meth:`ShardSet.take_skipped`), so
+the reader can deliver it with no loss; the sample keeps its index (order and resumption are
+unchanged).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import threading
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
+from streamload.config.storage import StorageConfig
 from streamload.errors import FormatError
 from streamload.formats.base import ShardInfo, TokenShard
 from streamload.formats.registry import open_shard
 from streamload.ops.masks import starts_from_offsets
+from streamload.remote.errors import RemoteReadError
+from streamload.remote.store import RemoteObject, StorageHandle
 
 __all__ = ["MAX_OPEN_SHARDS", "ShardSet"]
 
+_LOG = logging.getLogger("streamload.remote")
 MAX_OPEN_SHARDS = 256
 """Shards kept mapped per process; older ones are unmapped (each map holds a file handle)."""
+
+
+def _with_storage(info: ShardInfo, storage: StorageConfig | None) -> ShardInfo:
+    handle = info.storage
+    if storage is None or handle is None or handle.config == storage:
+        return info
+    rebound = StorageHandle(handle.protocol, handle.options, storage, handle.on_error)
+    return dataclasses.replace(info, storage=rebound)
 
 
 def _common_dtype(shards: tuple[ShardInfo, ...]) -> np.dtype:
@@ -47,25 +69,71 @@ class ShardSet:
 
     Args:
         shards: The described shards, in stream order.
+        storage: Fetching options for remote shards (replaces those they were described
+            with; never changes which tokens are read).
     """
 
-    def __init__(self, shards: tuple[ShardInfo, ...]) -> None:
-        self.shards = shards
+    def __init__(self, shards: tuple[ShardInfo, ...], storage: StorageConfig | None = None) -> None:
+        self.shards = tuple(_with_storage(s, storage) for s in shards)
+        self.remote = any(s.is_remote for s in self.shards)
+        self.planned_ahead = False  # a Lookahead in this process prefetches every chunk
         counts = np.array([s.num_tokens for s in shards], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.dtype = _common_dtype(shards)
         self._open: OrderedDict[int, TokenShard] = OrderedDict()
         self._lock = threading.Lock()
+        self._skipped = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_open"] = OrderedDict()
-        del state["_lock"]
+        state["planned_ahead"] = False  # another process: its reads start their own fetches
+        del state["_lock"], state["_skipped"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._skipped = threading.local()
+
+    def storage_stats(self) -> dict[str, Any] | None:
+        """This process's counters of the storage the shards are read from (``None`` when
+        local; sources on one storage with equal options share one set of counters)."""
+        for info in self.shards:
+            if info.is_remote:
+                return dict(info.storage.store().stats.snapshot())
+        return None
+
+    def take_skipped(self) -> list[int]:
+        """Stream offsets of rows this thread zero-filled under ``on_error = "skip"`` since the
+        last call (and forget them)."""
+        taken: list[int] = getattr(self._skipped, "starts", [])
+        self._skipped.starts = []
+        return taken
+
+    def prefetch(self, starts: np.ndarray, length: int) -> None:
+        """Start fetching the bytes of windows ``[starts[i], starts[i] + length)`` of remote
+        shards (near neighbours coalesced); a no-op for local shards."""
+        if not self.remote or starts.size == 0:
+            return
+        ends = starts + length
+        first = np.searchsorted(self.offsets, starts, side="right") - 1
+        last = np.searchsorted(self.offsets, ends - 1, side="right") - 1
+        for sid in np.unique(np.concatenate([first, last])).tolist():
+            info = self.shards[sid]
+            if not info.is_remote:
+                continue
+            rows = (first <= sid) & (last >= sid)
+            base = int(self.offsets[sid])
+            lo = np.clip(starts[rows] - base, 0, info.num_tokens)
+            hi = np.clip(ends[rows] - base, 0, info.num_tokens)
+            size = np.dtype(info.dtype).itemsize
+            ranges = zip(
+                (info.offset + lo * size).tolist(), (info.offset + hi * size).tolist(), strict=True
+            )
+            info.storage.store().prefetch(
+                RemoteObject(info.path, info.size, info.version), list(ranges)
+            )
 
     @property
     def num_tokens(self) -> int:
@@ -101,6 +169,8 @@ class ShardSet:
             ``out``.
         """
         length = out.shape[1]
+        if self.remote and not self.planned_ahead:
+            self.prefetch(starts, length)  # the chunk's windows arrive concurrently
         shard_ids = np.searchsorted(self.offsets, starts, side="right") - 1
         local = starts - self.offsets[shard_ids]
         ends = self.offsets[shard_ids + 1] - self.offsets[shard_ids]
@@ -108,11 +178,28 @@ class ShardSet:
         for row, (sid, loc, fits) in enumerate(
             zip(shard_ids.tolist(), local.tolist(), inside, strict=True)
         ):
-            if fits:
-                out[row] = self.shard(sid).tokens(loc, loc + length)
-            else:
-                self._stitch(sid, loc, out[row])
+            try:
+                if fits:
+                    out[row] = self.shard(sid).tokens(loc, loc + length)
+                else:
+                    self._stitch(sid, loc, out[row])
+            except RemoteReadError as exc:
+                self._skip_or_raise(sid, exc, int(starts[row]), out[row])
         return out
+
+    def _skip_or_raise(self, sid: int, exc: RemoteReadError, start: int, row: np.ndarray) -> None:
+        storage = self.shards[sid].storage
+        if storage is None or storage.on_error != "skip":
+            raise exc
+        row[:] = 0
+        stats = storage.store().stats
+        stats.add("skipped_samples")
+        stats.skipped(self.shards[sid].path, str(exc))
+        _LOG.warning("streamload: skipping a sample of %s (on_error = 'skip'): %s",
+                     self.shards[sid].path, exc)  # fmt: skip
+        if not hasattr(self._skipped, "starts"):
+            self._skipped.starts = []
+        self._skipped.starts.append(start)
 
     def _stitch(self, sid: int, loc: int, row: np.ndarray) -> None:
         filled = 0

@@ -1,0 +1,99 @@
+"""The ``[storage]`` table: how remote (fsspec) shards are fetched and cached.
+
+None of these options enter the fingerprint: they decide *how* and *when* bytes arrive
+(block size, cache, prefetch depth, concurrency, retries, timeouts), never which sample has
+which index, so a run may resume with other values (docs/remote.md).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from streamload.config._checks import check_int
+from streamload.errors import ConfigError
+
+__all__ = ["CACHE_DIR_ENV", "StorageConfig", "default_cache_dir"]
+
+CACHE_DIR_ENV = "STREAMLOAD_CACHE_DIR"
+"""Environment variable naming the cache folder when ``cache_dir`` is unset."""
+
+
+def default_cache_dir() -> str:
+    """``$STREAMLOAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/streamload``, else ``~/.cache/…``."""
+    if os.environ.get(CACHE_DIR_ENV):
+        return os.environ[CACHE_DIR_ENV]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "streamload")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageConfig:
+    """Fetching and caching of remote shards (local files are memory-mapped; none of this
+    applies to them).
+
+    Args:
+        cache_dir: Folder of the block cache and the cached index files, shared by every
+            worker and process of the machine (``None``: :func:`default_cache_dir`).
+        cache_size: Bytes the block cache may hold on disk; least recently used pieces are
+            evicted beyond it (0: no disk cache, memory only).
+        block_size: Bytes per aligned block of files parsed piecewise (a ``.pbin`` header
+            and index); token windows are always fetched as exact byte ranges.
+        memory_size: Bytes of recently used pieces kept in memory per process (keep it above
+            the bytes of ``prefetch_batches`` batches when there is no disk cache).
+        prefetch_batches: Batches of this rank fetched ahead of the reader (0: no prefetch).
+        max_concurrency: Range requests in flight per process.
+        retries: Further attempts after a failed or timed-out request (exponential backoff).
+        backoff: Seconds before the first retry; doubles with each further one.
+        timeout: Seconds one request may take before it is abandoned and retried.
+        stall_warning: Seconds a reader waits for one object before a warning names it.
+        stall_timeout: Seconds a reader waits for one object before it fails, naming it.
+        whole_shard_size: Token files up to this many bytes are fetched whole into the cache
+            on first use (0: always by exact window ranges).
+        coalesce_gap: Byte ranges at most this far apart are fetched by one request (the gap
+            is read too; a round trip costs more than a few KiB on any object store).
+    """
+
+    cache_dir: str | None = None
+    cache_size: int = 16 << 30
+    block_size: int = 1 << 20
+    memory_size: int = 256 << 20
+    prefetch_batches: int = 16
+    max_concurrency: int = 16
+    retries: int = 5
+    backoff: float = 0.1
+    timeout: float = 60.0
+    stall_warning: float = 30.0
+    stall_timeout: float = 600.0
+    whole_shard_size: int = 0
+    coalesce_gap: int = 64 << 10
+
+    def __post_init__(self) -> None:
+        if self.cache_dir is not None and (
+            not isinstance(self.cache_dir, str) or not self.cache_dir
+        ):
+            raise ConfigError(f"storage.cache_dir = {self.cache_dir!r} must be a folder path")
+        check_int(self.block_size, "storage.block_size", 1)
+        check_int(self.cache_size, "storage.cache_size", 0)
+        check_int(self.memory_size, "storage.memory_size", 0)
+        check_int(self.prefetch_batches, "storage.prefetch_batches", 0)
+        check_int(self.max_concurrency, "storage.max_concurrency", 1)
+        check_int(self.retries, "storage.retries", 0)
+        check_int(self.whole_shard_size, "storage.whole_shard_size", 0)
+        check_int(self.coalesce_gap, "storage.coalesce_gap", 0)
+        for name in ("backoff", "timeout", "stall_warning", "stall_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"storage.{name} = {value!r} must be a number >= 0")
+        if self.timeout == 0 or self.stall_timeout == 0:
+            raise ConfigError("storage.timeout and storage.stall_timeout must be > 0 seconds")
+        if self.cache_size and self.cache_size < self.block_size:
+            raise ConfigError(
+                f"storage.cache_size = {self.cache_size} must hold at least one block "
+                f"(block_size = {self.block_size}) or be 0"
+            )
+
+    @property
+    def cache_root(self) -> str:
+        """The cache folder actually used."""
+        return self.cache_dir or default_cache_dir()

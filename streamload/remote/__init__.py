@@ -1,0 +1,30 @@
+"""Remote storage: token windows read by byte range through fsspec (docs/remote.md).
+
+* :mod:`~streamload.remote.store` — pieces of remote objects: memory LRU, disk cache,
+  coalesced range requests with bounded concurrency, in-flight sharing, stall watchdog;
+* :mod:`~streamload.remote.block_cache` — the bounded, lock-free disk cache (LRU);
+* :mod:`~streamload.remote.fetch` — requests with timeouts, retries and backoff;
+* :mod:`~streamload.remote.array` — array/file views that formats read through;
+* :mod:`~streamload.remote.prefetch` — fetching the next batches' windows ahead;
+* :mod:`~streamload.remote.stats` — counters reported by ``loader.stats()["storage"]``.
+"""
+
+from streamload.remote.array import RemoteFile, RemoteTokens
+from streamload.remote.block_cache import DiskBlockCache
+from streamload.remote.errors import RemoteReadError, RemoteStallError
+from streamload.remote.fetch import RangeFetcher
+from streamload.remote.stats import RemoteStats
+from streamload.remote.store import RemoteObject, RemoteStore, StorageHandle
+
+__all__ = [
+    "DiskBlockCache",
+    "RangeFetcher",
+    "RemoteFile",
+    "RemoteObject",
+    "RemoteReadError",
+    "RemoteStallError",
+    "RemoteStats",
+    "RemoteStore",
+    "RemoteTokens",
+    "StorageHandle",
+]

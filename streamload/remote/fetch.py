@@ -1,0 +1,118 @@
+"""Remote requests with a timeout, retries and exponential backoff.
+
+Every request runs in a thread of a bounded pool and is waited for with ``storage.timeout``;
+a request that does not answer in time is abandoned (its thread finishes in the background)
+and retried, so a hung connection costs one timeout, not the job. Errors that retrying cannot
+fix (missing object, access denied) fail at once; everything else (connection resets, 5xx,
+throttling, truncated bodies) is retried ``storage.retries`` times, the wait doubling from
+``storage.backoff`` (with jitter, capped at ``MAX_BACKOFF``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from streamload.config.storage import StorageConfig
+from streamload.remote.errors import RemoteReadError
+from streamload.remote.stats import RemoteStats
+
+__all__ = ["MAX_BACKOFF", "PERMANENT_ERRORS", "RangeFetcher"]
+
+MAX_BACKOFF = 10.0
+"""Longest wait between two attempts, in seconds."""
+PERMANENT_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
+"""Errors no retry can fix (fsspec maps 404 and 403 to the first two)."""
+
+T = TypeVar("T")
+
+
+class RangeFetcher:
+    """Byte ranges and metadata of remote objects, through one fsspec file system.
+
+    Args:
+        fs: The fsspec file system.
+        config: Timeouts, retries, backoff and concurrency.
+        stats: Where requests, retries and faults are counted.
+    """
+
+    def __init__(self, fs: Any, config: StorageConfig, stats: RemoteStats) -> None:
+        self.fs = fs
+        self.config = config
+        self.stats = stats
+        # Twice the concurrency: abandoned (timed-out) requests may still hold a thread.
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=2 * config.max_concurrency, thread_name_prefix="streamload-request"
+        )
+
+    def fetch(self, url: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``url``; a shorter answer counts as a failed attempt.
+
+        Raises:
+            RemoteReadError: the object is missing or denied, or every attempt failed.
+        """
+        what = f"bytes [{start}, {end})"
+
+        def check(data: Any) -> bytes:
+            if len(data) != end - start:
+                self.stats.add("truncated")
+                raise _Truncated(f"got {len(data)} of {end - start} bytes (truncated response)")
+            self.stats.add("bytes", len(data))
+            return bytes(data)
+
+        return self.call(url, what, self.fs.cat_file, url, start=start, end=end, check=check)
+
+    def info(self, url: str) -> dict[str, Any]:
+        """The file system's ``info`` of ``url`` (size, ETag...), with retries."""
+        return self.call(url, "metadata", self.fs.info, url)
+
+    def call(
+        self,
+        url: str,
+        what: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        check: Callable[[Any], T] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` with the timeout and retries; ``check`` validates."""
+        attempts = self.config.retries + 1
+        last = "no attempt"
+        for attempt in range(attempts):
+            if attempt:
+                self.stats.add("retries")
+                delay = min(MAX_BACKOFF, self.config.backoff * 2 ** (attempt - 1))
+                time.sleep(delay * random.uniform(0.5, 1.0))  # jitter spreads retry storms
+            self.stats.add("requests")
+            future = self._pool.submit(fn, *args, **kwargs)
+            try:
+                result = future.result(timeout=self.config.timeout)
+                return check(result) if check is not None else result
+            except concurrent.futures.TimeoutError:
+                self.stats.add("timeouts")
+                last = f"no answer within storage.timeout = {self.config.timeout} s"
+            except PERMANENT_ERRORS as exc:
+                raise RemoteReadError(
+                    f"{url}: cannot read {what}: {type(exc).__name__}: {exc}; the object is "
+                    "missing or not readable with these storage_options"
+                ) from exc
+            except _Truncated as exc:
+                last = str(exc)
+            except Exception as exc:  # network, server and client errors are retried
+                self.stats.add("errors")
+                last = f"{type(exc).__name__}: {exc}"
+        raise RemoteReadError(
+            f"{url}: {what} still unreadable after {attempts} attempts "
+            f"(storage.retries = {self.config.retries}); last failure: {last}"
+        )
+
+    def close(self) -> None:
+        """Stop accepting requests (running ones finish in the background)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _Truncated(Exception):
+    """A response shorter than the requested range."""

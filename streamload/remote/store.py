@@ -1,0 +1,382 @@
+"""Pieces of remote objects: memory LRU → disk cache → range request, with in-flight sharing.
+
+Token windows are read as *exact* byte ranges (a window of ``seq_len + 1`` tokens is one
+piece; a rank never fetches bytes it does not use, except small gaps merged into a request),
+because shuffled windows rarely share a block: caching whole blocks would multiply the bytes
+fetched by ``block_size / window bytes``. A file of at most ``storage.whole_shard_size``
+bytes is one piece (fetched whole, once). Files parsed piecewise (a ``.pbin`` header and its
+index at the end) are read in aligned blocks of ``storage.block_size``.
+
+Each piece is served from the process's memory LRU, else from the disk cache shared by all
+processes (:mod:`streamload.remote.block_cache`), else fetched. Missing pieces that overlap or
+lie within ``storage.coalesce_gap`` bytes of each other are fetched by one range request (up to
+``MAX_RUN_BYTES``); requests run on at most ``storage.max_concurrency`` threads, and a piece
+already being fetched is waited for, never fetched twice by one process. Prefetching is the
+same call without waiting.
+
+One :class:`RemoteStore` exists per storage (protocol, options, config) and process; a
+:class:`StorageHandle` names it picklably, so shard descriptors travel into worker processes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+import fsspec
+
+from streamload.config.storage import StorageConfig
+from streamload.errors import FormatError
+from streamload.listing import object_version
+from streamload.remote.block_cache import DiskBlockCache
+from streamload.remote.errors import RemoteStallError
+from streamload.remote.fetch import RangeFetcher
+from streamload.remote.stats import RemoteStats
+
+__all__ = ["MAX_RUN_BYTES", "RemoteObject", "RemoteStore", "StorageHandle"]
+
+MAX_RUN_BYTES = 32 << 20
+"""Largest coalesced range request (neighbouring missing pieces are merged up to this)."""
+
+_Key = tuple[str, int, str, int, int]
+"""In-process key of a piece: (url, size, version, start, end); cheap to hash (the disk cache
+uses :meth:`RemoteObject.key`, a digest, only on a memory miss)."""
+_Piece = tuple[int, int, _Key, "concurrent.futures.Future[bytes]"]
+"""A piece to fetch: byte range, key, and the future its readers wait on."""
+
+
+def _runs(pieces: list[_Piece], gap: int) -> list[list[_Piece]]:
+    """Pieces sorted by start and grouped into requests: overlapping or near neighbours
+    (at most ``gap`` bytes apart) share one, up to ``MAX_RUN_BYTES``."""
+    runs: list[list[_Piece]] = []
+    end = 0
+    for piece in sorted(pieces, key=lambda p: (p[0], p[1])):
+        if runs and piece[0] <= end + gap and piece[1] - runs[-1][0][0] <= MAX_RUN_BYTES:
+            runs[-1].append(piece)
+            end = max(end, piece[1])
+        else:
+            runs.append([piece])
+            end = piece[1]
+    return runs
+
+
+_LOG = logging.getLogger("streamload.remote")
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    """One remote file as listed at start-up: URL, size and version (ETag/mtime)."""
+
+    url: str
+    size: int
+    version: str = ""
+
+    def key(self, start: int, end: int) -> str:
+        """Content key of bytes ``[start, end)`` of this version of the object."""
+        text = f"{self.url}\0{self.size}\0{self.version}\0{start}\0{end}"
+        return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True, eq=False)
+class StorageHandle:
+    """Picklable name of a storage: fsspec protocol and options, the ``[storage]`` config and
+    the source's ``on_error``. :meth:`store` is this process's :class:`RemoteStore` for it.
+    """
+
+    protocol: str
+    options: dict[str, Any] = field(repr=False)
+    config: StorageConfig
+    on_error: str = "raise"
+
+    @property
+    def key(self) -> str:
+        """Identity of the store (equal handles share one store per process)."""
+        return json.dumps(
+            [self.protocol, self.options, asdict(self.config)], sort_keys=True, default=repr
+        )
+
+    def store(self) -> RemoteStore:
+        """This process's store for the handle."""
+        return RemoteStore.for_handle(self)
+
+
+class RemoteStore:
+    """Reads and prefetches blocks of one storage (see the module docstring).
+
+    Args:
+        handle: The storage.
+    """
+
+    _registry: ClassVar[dict[str, RemoteStore]] = {}
+    _registry_pid = os.getpid()
+    _registry_lock = threading.Lock()
+
+    @classmethod
+    def for_handle(cls, handle: StorageHandle) -> RemoteStore:
+        """The process-wide store of ``handle`` (a forked child builds its own)."""
+        with cls._registry_lock:
+            if cls._registry_pid != os.getpid():  # threads and pools do not survive fork
+                cls._registry, cls._registry_pid = {}, os.getpid()
+            store = cls._registry.get(handle.key)
+            if store is None:
+                store = cls._registry[handle.key] = cls(handle)
+            return store
+
+    @classmethod
+    def all_stores(cls) -> list[RemoteStore]:
+        """Every store of this process."""
+        with cls._registry_lock:
+            return list(cls._registry.values()) if cls._registry_pid == os.getpid() else []
+
+    def __init__(self, handle: StorageHandle) -> None:
+        self.handle = handle
+        self.config = cfg = handle.config
+        self.stats = RemoteStats()
+        self.fs = fsspec.filesystem(handle.protocol, **handle.options)
+        self.fetcher = RangeFetcher(self.fs, cfg, self.stats)
+        self.disk = (
+            DiskBlockCache(cfg.cache_root, cfg.cache_size, self._evicted)
+            if cfg.cache_size
+            else None
+        )
+        self._jobs = concurrent.futures.ThreadPoolExecutor(
+            max_workers=cfg.max_concurrency, thread_name_prefix="streamload-fetch"
+        )
+        self._lock = threading.Lock()
+        self._memory: OrderedDict[_Key, bytes] = OrderedDict()
+        self._memory_bytes = 0
+        self._inflight: dict[_Key, concurrent.futures.Future[bytes]] = {}
+
+    def _evicted(self, count: int) -> None:
+        self.stats.add("evicted_blocks", count)
+
+    # -- pieces ----------------------------------------------------------------------------
+    def pieces(self, obj: RemoteObject, start: int, end: int) -> list[tuple[int, int]]:
+        """The cached pieces that hold bytes ``[start, end)`` of a token file: the whole file
+        when it is at most ``storage.whole_shard_size``, else exactly the range."""
+        if end <= start:
+            return []
+        if obj.size <= self.config.whole_shard_size:
+            return [(0, obj.size)]
+        return [(start, end)]
+
+    def blocks(self, obj: RemoteObject, start: int, end: int) -> list[tuple[int, int]]:
+        """Aligned blocks of ``storage.block_size`` holding bytes ``[start, end)`` (used for
+        files parsed piecewise, e.g. a header and an index at the end)."""
+        if end <= start:
+            return []
+        if obj.size <= self.config.whole_shard_size:
+            return [(0, obj.size)]
+        size = self.config.block_size
+        return [
+            (i * size, min((i + 1) * size, obj.size))
+            for i in range(start // size, (end - 1) // size + 1)
+        ]
+
+    def schedule(
+        self, obj: RemoteObject, pieces: Sequence[tuple[int, int]], *, disk_inline: bool = False
+    ) -> list[bytes | concurrent.futures.Future[bytes]]:
+        """Each piece's bytes when in memory, else a future; missing pieces are fetched in the
+        background (``disk_inline``: disk-cache hits are read in the calling thread first,
+        which a reader prefers to a thread hop; the planner's prefetch does not wait on disk).
+        """
+        out: list[bytes | concurrent.futures.Future[bytes]] = []
+        missing: list[_Piece] = []
+        hits = 0
+        url, size, version = obj.url, obj.size, obj.version
+        with self._lock:
+            for lo, hi in pieces:
+                key = (url, size, version, lo, hi)
+                data = self._memory.get(key)
+                if data is not None:
+                    self._memory.move_to_end(key)
+                    hits += 1
+                    out.append(data)
+                elif key in self._inflight:
+                    out.append(self._inflight[key])
+                else:
+                    future: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+                    self._inflight[key] = future
+                    missing.append((lo, hi, key, future))
+                    out.append(future)
+        if hits:
+            self.stats.add("memory_hits", hits)
+        if disk_inline and self.disk is not None and missing:
+            missing = [piece for piece in missing if not self._from_disk(obj, piece)]
+        for run in _runs(missing, self.config.coalesce_gap):
+            self._jobs.submit(self._fetch_run, obj, run)
+        return out
+
+    def _from_disk(self, obj: RemoteObject, piece: _Piece) -> bool:
+        lo, hi, key, future = piece
+        data = self.disk.get(obj.key(lo, hi), hi - lo) if self.disk is not None else None
+        if data is None:
+            return False
+        self.stats.add("disk_hits")
+        self._finish(key, future, data)
+        return True
+
+    def _fetch_run(self, obj: RemoteObject, run: list[_Piece]) -> None:
+        pending = list(run)
+        try:
+            todo = []
+            for piece in run:
+                if self._from_disk(obj, piece):
+                    pending.remove(piece)
+                else:
+                    todo.append(piece)
+            for part in _runs(todo, self.config.coalesce_gap):
+                start, end = part[0][0], max(p[1] for p in part)
+                data = self.fetcher.fetch(obj.url, start, end)
+                for piece in part:
+                    lo, hi, key, future = piece
+                    block = data[lo - start : hi - start]
+                    self._store_disk(obj.key(lo, hi), block)
+                    self.stats.add("fetched_blocks")
+                    self._finish(key, future, block)
+                    pending.remove(piece)
+        except BaseException as exc:
+            for _, _, key, future in pending:
+                with self._lock:
+                    self._inflight.pop(key, None)
+                future.set_exception(exc)
+
+    def _store_disk(self, key: str, block: bytes) -> None:
+        if self.disk is None:
+            return
+        try:
+            self.disk.put(key, block)
+        except OSError as exc:  # a full or read-only cache slows reads down, never fails them
+            _LOG.warning("streamload block cache %s: cannot write: %s", self.disk.root, exc)
+
+    def _finish(self, key: _Key, future: concurrent.futures.Future[bytes], data: bytes) -> None:
+        with self._lock:
+            self._inflight.pop(key, None)
+            limit = self.config.memory_size
+            if len(data) <= limit and key not in self._memory:
+                self._memory[key] = data
+                self._memory_bytes += len(data)
+                while self._memory_bytes > limit:
+                    _, old = self._memory.popitem(last=False)
+                    self._memory_bytes -= len(old)
+        future.set_result(data)
+
+    # -- reading ---------------------------------------------------------------------------
+    def prefetch(self, obj: RemoteObject, ranges: Sequence[tuple[int, int]]) -> None:
+        """Start fetching byte ``ranges`` of ``obj`` (exact windows; does not wait)."""
+        pieces: set[tuple[int, int]] = set()
+        for start, end in ranges:
+            pieces.update(self.pieces(obj, start, end))
+        if pieces:
+            self.schedule(obj, sorted(pieces))
+
+    def read(self, obj: RemoteObject, start: int, end: int, *, aligned: bool = False) -> Any:
+        """Bytes ``[start, end)`` of ``obj`` (waits, with the stall watchdog).
+
+        Args:
+            obj: The object.
+            start: First byte.
+            end: End byte (exclusive).
+            aligned: Read through aligned blocks (files parsed piecewise) instead of the exact
+                range (token windows, which :meth:`prefetch` fetched ahead).
+
+        Raises:
+            RemoteReadError: the object stayed unreadable; RemoteStallError: it stalled.
+        """
+        pieces = self.blocks(obj, start, end) if aligned else self.pieces(obj, start, end)
+        items = self.schedule(obj, pieces, disk_inline=True)
+        parts = []
+        for (lo, _), item in zip(pieces, items, strict=True):
+            data = item if isinstance(item, bytes) else self._wait(obj, item, start, end)
+            block = memoryview(data)
+            parts.append(block[max(start - lo, 0) : min(end - lo, len(block))])
+        if not parts:
+            return b""
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _wait(
+        self, obj: RemoteObject, future: concurrent.futures.Future[bytes], start: int, end: int
+    ) -> bytes:
+        cfg = self.config
+        began = time.monotonic()
+        while True:
+            waited = time.monotonic() - began
+            left = cfg.stall_timeout - waited
+            if left <= 0:
+                raise RemoteStallError(
+                    f"{obj.url}: waited {waited:.1f} s for bytes [{start}, {end}) "
+                    f"(storage.stall_timeout = {cfg.stall_timeout} s); the store is stalled "
+                    "or unreachable"
+                )
+            tick = min(left, cfg.stall_warning) if cfg.stall_warning else left
+            try:
+                return future.result(timeout=tick)
+            except concurrent.futures.TimeoutError:
+                waited = time.monotonic() - began
+                if waited < cfg.stall_timeout:
+                    self.stats.add("stall_warnings")
+                    _LOG.warning(
+                        "streamload: waiting %.1f s so far for %s bytes [%d, %d) (error at "
+                        "storage.stall_timeout = %s s)",
+                        waited, obj.url, start, end, cfg.stall_timeout,
+                    )  # fmt: skip
+
+    def drain(self, timeout: float = 60.0) -> bool:
+        """Wait until no piece is in flight in this process (``False``: still busy)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                pending = list(self._inflight.values())
+            if not pending:
+                return True
+            concurrent.futures.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        return False
+
+    # -- whole small files -----------------------------------------------------------------
+    def local_copy(self, url: str, expected_size: int) -> str:
+        """A local copy of a small companion file (index, CSV), cached under its content key.
+
+        The key is (URL, size, version), so every worker and later job reuses the copy until
+        the object changes.
+
+        Raises:
+            FormatError: the object's size differs from start-up.
+            RemoteReadError: it stays unreadable.
+        """
+        info = self.fetcher.info(url)
+        size = int(info.get("size") or 0)
+        if size != expected_size:
+            raise FormatError(
+                f"{url}: object is {size} bytes but was {expected_size} bytes at start-up; "
+                "it changed while the loader was running"
+            )
+        obj = RemoteObject(url, size, object_version(info))
+        key = obj.key(0, size)
+        path = os.path.join(
+            self.config.cache_root, "files", key[:2], f"{key}-{url.rsplit('/', 1)[-1]}"
+        )
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path) == size:
+                return path
+        data = self.fetcher.fetch(url, 0, size) if size else b""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return path
