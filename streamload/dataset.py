@@ -60,7 +60,7 @@ class StreamDataset(IterableDataset[Batch]):
         self.rank = rank
         cfg = stream.config
         self._reader = WindowReader(stream, documents=cfg.packing.masks)
-        self._packer = MaskPacker(cfg.packing.masks, cfg.eos_token_id)
+        self._packer = MaskPacker(cfg.packing.masks, cfg.eos_token_id, cfg.packing.flags)
         self._cursor = stream.start()
         self._batch: int | None = None  # None: not started; the first iter starts at the worker id
         self._resume = False

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from streamload.catalog import SourceCatalog, describe_source
+from streamload.catalog import SourceCatalog, describe_sources
 from streamload.chunks import ChunkPlan, TokenChunk
-from streamload.config import DataConfig
+from streamload.config import DataConfig, SamplingMode
 from streamload.ops.masks import starts_from_eos
 from streamload.plan.mixture import (
     MixtureCursor,
@@ -95,8 +95,15 @@ class SampleStream:
 
     @classmethod
     def from_config(cls, config: DataConfig) -> SampleStream:
-        """Describe every source (listing and headers only) and build the stream."""
-        return cls(config, tuple(describe_source(s, config.vocab_size) for s in config.sources))
+        """Describe every source (listing and headers only) and build the stream.
+
+        ``sampling.mode = "megatron"`` gives a :class:`streamload.megatron_stream.MegatronStream`.
+        """
+        if config.sampling.mode is SamplingMode.MEGATRON:
+            from streamload.megatron_stream import MegatronStream  # imports this module
+
+            return MegatronStream.from_config(config)
+        return cls(config, describe_sources(config))
 
     # -- shape of the stream -------------------------------------------------------------
     @property

@@ -5,6 +5,9 @@ Lets anyone see what a training step contains without GPUs::
     streamload samples data.toml --start 0 --count 16 --out s.npy
     streamload samples data.toml --start 0 --count 64 \
         --rank 1 --world-size 4 --batch-size 2 --out r1.npy
+
+With ``sampling.mode = "megatron"`` the rows are megatron-core's ``text`` arrays
+(``seq_len + 1`` tokens, or ``seq_len`` without the extra token; pad -1), see docs/megatron.md.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from streamload.config._checks import check_int, to_enum
 from streamload.errors import ConfigError
 
 __all__ = [
+    "MegatronSplit",
     "MixtureConfig",
     "MixtureUnit",
     "PackingConfig",
@@ -23,6 +24,23 @@ class SamplingMode(str, enum.Enum):
 
     CONCAT = "concat"
     """Windows of ``seq_len + 1`` tokens at stride ``seq_len`` over the token stream."""
+    MEGATRON = "megatron"
+    """Megatron-Core ``GPTDataset``/``BlendedDataset`` samples, bit for bit (docs/megatron.md)."""
+
+
+class MegatronSplit(str, enum.Enum):
+    """Which part of Megatron's ``split`` a ``megatron``-mode stream reads."""
+
+    TRAIN = "train"
+    """The first share of every source's sequences."""
+    VALID = "valid"
+    """The second share."""
+    TEST = "test"
+    """The third share."""
+
+
+MEGATRON_DEFAULT_SPLIT = "969,30,1"
+"""Megatron-LM's ``--split`` default."""
 
 
 class MixtureUnit(str, enum.Enum):
@@ -45,20 +63,83 @@ class SamplingConfig:
         num_samples: Length of one pass; more than one epoch repeats the data, reshuffled per
             epoch. ``None``: one pass is one epoch.
         cross_shard: ``False`` keeps every window inside one shard (KempnerForge/OLMo).
+        split: ``megatron`` mode: Megatron's ``--split`` (train, valid, test weights).
+        split_name: ``megatron`` mode: the split this stream reads.
+        add_extra_token: ``megatron`` mode: samples read ``seq_len + 1`` tokens
+            (``add_extra_token_to_sequence``).
+        drop_last_partial: ``megatron`` mode, valid split only: drop a last sample shorter
+            than the others (``drop_last_partial_validation_sequence``); ``False`` pads it.
+        cache_dir: ``megatron`` mode: folder for built indices (also searched for the index
+            files megatron-core wrote there, e.g. Megatron-LM's ``--data-cache-path``).
     """
 
     mode: SamplingMode = SamplingMode.CONCAT
     shuffle: bool = True
     num_samples: int | None = None
     cross_shard: bool = True
+    split: str = MEGATRON_DEFAULT_SPLIT
+    split_name: MegatronSplit = MegatronSplit.TRAIN
+    add_extra_token: bool = True
+    drop_last_partial: bool = True
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", to_enum(SamplingMode, self.mode, "sampling.mode"))
-        for name in ("shuffle", "cross_shard"):
+        object.__setattr__(
+            self, "split_name", to_enum(MegatronSplit, self.split_name, "sampling.split_name")
+        )
+        for name in ("shuffle", "cross_shard", "add_extra_token", "drop_last_partial"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"sampling.{name} = {getattr(self, name)!r} must be true/false")
         if self.num_samples is not None:
             check_int(self.num_samples, "sampling.num_samples", 1)
+        if self.mode is SamplingMode.MEGATRON:
+            self._check_megatron()
+        else:
+            self._check_concat()
+
+    def _check_megatron(self) -> None:
+        if self.num_samples is None:
+            raise ConfigError(
+                "sampling.num_samples is required with mode = 'megatron' (Megatron's "
+                "train_samples, or eval/test samples for the valid/test split)"
+            )
+        for name in ("shuffle", "cross_shard"):
+            if getattr(self, name) is not True:
+                raise ConfigError(
+                    f"sampling.{name} = false has no meaning with mode = 'megatron': Megatron "
+                    "shuffles documents and samples with its own RandomState and samples cross "
+                    "sequence boundaries; remove it"
+                )
+        if not isinstance(self.split, str):
+            raise ConfigError(f"sampling.split = {self.split!r} must be a string like '969,30,1'")
+        from streamload.plan.megatron import parse_split  # avoid an import cycle at load time
+
+        parse_split(self.split)
+        if not self.drop_last_partial and self.split_name is not MegatronSplit.VALID:
+            raise ConfigError(
+                f"sampling.drop_last_partial = false applies only to split_name = 'valid' "
+                f"(Megatron always drops the partial last sample of {self.split_name.value!r})"
+            )
+        if self.cache_dir is not None and (
+            not isinstance(self.cache_dir, str) or not self.cache_dir
+        ):
+            raise ConfigError(f"sampling.cache_dir = {self.cache_dir!r} must be a folder path")
+
+    def _check_concat(self) -> None:
+        megatron_only = {
+            "split": (self.split, MEGATRON_DEFAULT_SPLIT),
+            "split_name": (self.split_name, MegatronSplit.TRAIN),
+            "add_extra_token": (self.add_extra_token, True),
+            "drop_last_partial": (self.drop_last_partial, True),
+            "cache_dir": (self.cache_dir, None),
+        }
+        for name, (value, default) in megatron_only.items():
+            if value != default:
+                raise ConfigError(
+                    f"sampling.{name} = {getattr(value, 'value', value)!r} applies only to "
+                    f"mode = 'megatron', but mode = {self.mode.value!r}"
+                )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,13 +149,40 @@ class PackingConfig:
     Args:
         masks: Add ``doc_ids``, ``position_ids``, ``cu_seqlens``, ``max_seqlen`` and mask
             labels that cross a document boundary with -100.
+        reset_position_ids: With masks, positions restart at each document (Megatron's
+            ``--reset-position-ids``); unset: follows ``masks``.
+        reset_attention_mask: With masks, ``doc_ids``/``cu_seqlens`` split at each document
+            (``--reset-attention-mask``); ``false``: one segment per sample. Unset: ``masks``.
+        eod_mask_loss: With masks, labels predicted from an end-of-document token are -100
+            (``--eod-mask-loss``); unset: follows ``masks``.
     """
 
     masks: bool = False
+    reset_position_ids: bool | None = None
+    reset_attention_mask: bool | None = None
+    eod_mask_loss: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.masks, bool):
             raise ConfigError(f"packing.masks = {self.masks!r} must be true/false")
+        for name in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise ConfigError(f"packing.{name} = {value!r} must be true/false")
+            if value is True and not self.masks:
+                raise ConfigError(
+                    f"packing.{name} = true needs packing.masks = true (the mask outputs "
+                    "position_ids, doc_ids and cu_seqlens exist only with masks)"
+                )
+
+    @property
+    def flags(self) -> tuple[bool, bool, bool]:
+        """Effective (reset_position_ids, reset_attention_mask, eod_mask_loss)."""
+        return (
+            self.masks if self.reset_position_ids is None else self.reset_position_ids,
+            self.masks if self.reset_attention_mask is None else self.reset_attention_mask,
+            self.masks if self.eod_mask_loss is None else self.eod_mask_loss,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

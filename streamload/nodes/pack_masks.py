@@ -10,6 +10,7 @@ from streamload.errors import ConfigError
 from streamload.nodes._map import MapStage
 from streamload.nodes.types import TokenChunk
 from streamload.ops.masks import packing_fields, starts_from_eos
+from streamload.ops.megatron_masks import mask_pad, switched_fields
 
 __all__ = ["MaskPacker", "PackMasks"]
 
@@ -26,9 +27,15 @@ class MaskPacker:
         eos_token_id: EOS id that ends documents, where chunks carry no document starts.
     """
 
-    def __init__(self, masks: bool, eos_token_id: int | None) -> None:
+    def __init__(
+        self,
+        masks: bool,
+        eos_token_id: int | None,
+        flags: tuple[bool, bool, bool] = (True, True, True),
+    ) -> None:
         self.masks = masks
         self.eos_token_id = eos_token_id
+        self.flags = flags  # PackingConfig.flags: Megatron's three switches
 
     def __call__(self, chunk: TokenChunk) -> dict[str, torch.Tensor]:
         batches, batch_size = chunk.plan.sample_ids.shape
@@ -37,13 +44,18 @@ class MaskPacker:
             "input_ids": tokens[:, :-1].astype(np.int64),
             "labels": tokens[:, 1:].astype(np.int64),
         }
+        if tokens.dtype.kind == "i" and tokens.size and int(tokens.min()) < 0:
+            mask_pad(arrays["input_ids"], arrays["labels"])  # Megatron's pad (-1)
         if self.masks:
             starts = chunk.doc_starts
             if starts is None:
                 if self.eos_token_id is None:
                     raise ConfigError("packing masks need eos_token_id or a document index")
                 starts = starts_from_eos(tokens, self.eos_token_id)
-            arrays.update(packing_fields(starts, arrays["labels"]))
+            if all(self.flags):
+                arrays.update(packing_fields(starts, arrays["labels"]))
+            else:
+                arrays.update(switched_fields(starts, arrays["labels"], self.flags))
         out = {
             key: torch.from_numpy(value.reshape(batches, batch_size, *value.shape[1:]))
             for key, value in arrays.items()

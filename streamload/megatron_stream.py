@@ -1,0 +1,360 @@
+"""``sampling.mode = "megatron"``: the global stream is megatron-core's dataset, index by index.
+
+Global sample ``g`` (``0 <= g < min(num_samples, len(dataset))``) is exactly the ``text``
+array megatron-core 0.16.1's ``GPTDataset`` (one source without a weight) or
+``BlendedDataset`` (weights, or several sources) returns for index ``g`` with the same data,
+split, seed and sequence length: ``seq_len + 1`` tokens with ``add_extra_token``, ``seq_len``
+without. The loader maps it to ``input_ids = text[:-1]``, ``labels = text[1:]`` (without the
+extra token: ``input_ids = text``, ``labels = text[1:] + [-100]``, Megatron's rolled label whose
+loss is masked); pad positions of a short last sample become input 0 and label -100.
+
+There is one pass: Megatron has no second one, so a further ``iter()`` yields nothing. The
+cursor and state are those of the core (the global sample cursor); the planning, rank split
+and resumption are unchanged. See docs/megatron.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from streamload.catalog import SourceCatalog, describe_sources
+from streamload.chunks import ChunkPlan, TokenChunk
+from streamload.config import DataConfig
+from streamload.errors import FormatError
+from streamload.megatron_cache import find_megatron_gpt_cache, load_or_build
+from streamload.megatron_source import PAD_TOKEN, MegatronSource
+from streamload.plan.megatron import (
+    GPTIndices,
+    num_epochs,
+    num_samples_in_index,
+    split_matrix,
+)
+from streamload.plan.megatron_layout import (
+    MegatronIndices,
+    build_blend,
+    build_megatron_indices,
+    megatron_layout,
+)
+from streamload.plan.partition import chunk_sample_ids, num_batches
+from streamload.stream import SampleStream, StreamCursor
+
+__all__ = ["ALGORITHM", "MegatronStream"]
+
+ALGORITHM = "megatron-core-0.16.1"
+"""The index algorithms reproduced (part of the fingerprint)."""
+_GPT_FIELDS = GPTIndices._fields
+_COUNT_BLOCK = 1 << 16
+
+
+class MegatronStream(SampleStream):
+    """The samples of a Megatron GPT/blended dataset in global order (one pass).
+
+    Args:
+        config: A config with ``sampling.mode = "megatron"``.
+        catalogs: Described sources, one per ``config.sources`` entry.
+    """
+
+    def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
+        self.config = config
+        self.seq_len = config.seq_len
+        self.is_mixture = False
+        self.phases = ()
+        self.ended_by = None
+        sampling = config.sampling
+        self.extra = int(sampling.add_extra_token)
+        self.sources = tuple(MegatronSource(c) for c in catalogs)  # type: ignore[misc]
+        weighted = all(s.weight is not None for s in config.sources)
+        weights = [float(s.weight or 0.0) for s in config.sources] if weighted else None
+        assert sampling.num_samples is not None  # SamplingConfig requires it in this mode
+        self.layout = megatron_layout(
+            [s.num_sequences for s in self._sources],
+            weights,
+            sampling.split,
+            sampling.split_name.value,
+            sampling.num_samples,
+        )
+        self._files: dict[str, str] | None = None
+        self._arrays = self._indices()
+        self._attach()
+
+    @classmethod
+    def from_config(cls, config: DataConfig) -> MegatronStream:
+        """Describe every source (listing, headers, sequence lengths) and build the indices."""
+        return cls(config, describe_sources(config))
+
+    @property
+    def _sources(self) -> tuple[MegatronSource, ...]:
+        return self.sources  # type: ignore[return-value]
+
+    # -- indices -------------------------------------------------------------------------
+    def _description(self) -> dict[str, Any]:
+        s = self.config.sampling
+        return {
+            "algorithm": ALGORITHM,
+            "data": [src.catalog.fingerprint() for src in self._sources],
+            "layout": [list(d) for d in self.layout.datasets],
+            "blend": [self.layout.blend, self.layout.weights, self.layout.blend_size],
+            "num_samples": s.num_samples,
+            "seq_len": self.seq_len,
+            "seed": self.config.seed,
+            "add_extra_token": s.add_extra_token,
+            "drop_last_partial": s.drop_last_partial,
+        }
+
+    def _build(self) -> dict[str, np.ndarray]:
+        s = self.config.sampling
+        built = build_megatron_indices(
+            self.layout,
+            [src.sequence_lengths for src in self._sources],
+            self.seq_len,
+            self.config.seed,
+            s.add_extra_token,
+            s.drop_last_partial,
+        )
+        return _flatten(built)
+
+    def _indices(self) -> dict[str, np.ndarray]:
+        cache_dir = self.config.sampling.cache_dir
+        found = [self._megatron_cache(d) for d in range(len(self._sources))]
+        if all(f is not None for f in found):
+            arrays: dict[str, np.ndarray] = {}
+            self._files = {}
+            for d, (gpt, files) in enumerate(f for f in found if f is not None):
+                arrays |= {f"ds{d}_{k}": v for k, v in gpt.items()}
+                self._files |= {f"ds{d}_{k}": v for k, v in files.items()}
+            return arrays | self._blend_of(arrays)
+        arrays, self._files = load_or_build(cache_dir, self._description(), self._build)
+        return arrays
+
+    def _blend_of(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        lengths = [int(arrays[f"ds{d}_shuffle_index"].shape[0]) for d in range(len(self.sources))]
+        blend = build_blend(self.layout, lengths)
+        if blend is None:
+            return {}
+        return {"dataset_index": blend[0], "dataset_sample_index": blend[1]}
+
+    def _megatron_cache(self, d: int) -> tuple[dict[str, np.ndarray], dict[str, str]] | None:
+        """megatron-core's own cached indices of dataset ``d``, if they match."""
+        source, spec, s = self._sources[d], self.layout.datasets[d], self.config.sampling
+        if s.cache_dir is None or source.prefix is None:
+            return None
+        matrix = [None if b is None else list(b) for b in split_matrix(s.split)]
+        identifiers = {
+            "dataset_path": source.prefix,
+            "num_samples": spec.num_samples,
+            "index_split": s.split_name.value,
+            "random_seed": self.config.seed,
+            "sequence_length": self.seq_len,
+            "split_matrix": matrix,
+        }
+        tpe = int(source.sequence_lengths[spec.begin : spec.end].sum(dtype=np.int64))
+        epochs = num_epochs(tpe, spec.num_samples, self.seq_len, self.extra)
+        n = num_samples_in_index(tpe, epochs, self.seq_len, self.extra, s.drop_last_partial)
+
+        def check(arrays: dict[str, np.ndarray]) -> bool:
+            doc, smp, shf = (arrays[k] for k in _GPT_FIELDS)
+            return (
+                doc.dtype == np.int32
+                and doc.shape == (epochs * (spec.end - spec.begin),)
+                and smp.shape == (n + 1, 2)
+                and shf.shape == (n,)
+            )
+
+        return find_megatron_gpt_cache(s.cache_dir, s.split_name.value, identifiers, check)
+
+    def _attach(self) -> None:
+        for d, (source, spec) in enumerate(zip(self._sources, self.layout.datasets, strict=True)):
+            gpt = GPTIndices(*(self._arrays[f"ds{d}_{k}"] for k in _GPT_FIELDS))
+            tpe = int(source.sequence_lengths[spec.begin : spec.end].sum(dtype=np.int64))
+            source.attach(gpt, tpe, self.seq_len, self.extra)
+        blend = self._arrays.get("dataset_index")
+        length = int(self._arrays["ds0_shuffle_index"].shape[0]) if blend is None else blend.size
+        assert self.config.sampling.num_samples is not None
+        self.length = min(self.config.sampling.num_samples, length)
+        self._block_counts: np.ndarray | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if self._files is not None:  # mapped files travel as paths, not as copies
+            state["_arrays"] = {k: v for k, v in self._arrays.items() if k not in self._files}
+            state["sources"] = tuple(_without_indices(s) for s in self._sources)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self._files is not None:
+            for name, path in self._files.items():
+                self._arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+            self._attach()
+
+    # -- shape of the stream -------------------------------------------------------------
+    @property
+    def pass_length(self) -> int | None:
+        """Samples of the stream: ``min(num_samples, len(dataset))``."""
+        return self.length
+
+    @property
+    def num_windows(self) -> int:
+        """Samples of one data epoch of the first source."""
+        return self._sources[0].num_windows
+
+    @property
+    def has_documents(self) -> bool:
+        """False: Megatron finds documents by the EOD token inside each sample."""
+        return False
+
+    def start(self, pass_index: int = 0) -> StreamCursor:
+        """The cursor at the start of a pass (only pass 0 holds samples)."""
+        return StreamCursor(pass_index, 0, None)
+
+    def batches_left(self, cursor: StreamCursor, global_batch: int) -> int | None:
+        """Whole global batches left; 0 after the one pass."""
+        if cursor.pass_index > 0:
+            return 0
+        return num_batches(self.length, cursor.sample, global_batch)
+
+    def next_pass(self, cursor: StreamCursor) -> StreamCursor:
+        """An empty pass: Megatron's dataset ends after ``num_samples``."""
+        return self.start(cursor.pass_index + 1)
+
+    def advance(self, cursor: StreamCursor, batches: int, global_batch: int) -> StreamCursor:
+        """The cursor after ``batches`` more delivered global batches."""
+        return replace(cursor, sample=cursor.sample + batches * global_batch)
+
+    # -- planning and reading ------------------------------------------------------------
+    def plan_chunk(
+        self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
+    ) -> tuple[ChunkPlan, StreamCursor] | None:
+        """Up to ``max_batches`` batches of ``rank`` from ``cursor``; ``None`` once it ended."""
+        count = min(max_batches, self.batches_left(cursor, global_batch) or 0)
+        if count == 0:
+            return None
+        ids = chunk_sample_ids(cursor.sample, 0, count, global_batch, world_size, rank)
+        src, local = self.locate(cursor.pass_index, ids)
+        plan = ChunkPlan(cursor.pass_index, ids, src, local)
+        return plan, self.advance(cursor, count, global_batch)
+
+    def locate(self, pass_index: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(dataset, sample of that GPTDataset) of global sample ids (any shape)."""
+        ids = np.asarray(samples, dtype=np.int64)
+        if pass_index != 0 and ids.size:
+            raise IndexError(f"pass {pass_index}: a megatron stream has one pass (pass 0)")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.length):
+            raise IndexError(f"sample index out of range [0, {self.length})")
+        index = self._arrays.get("dataset_index")
+        if index is None:
+            return np.zeros(ids.shape, np.int16), ids
+        sample = self._arrays["dataset_sample_index"]
+        return np.asarray(index[ids], np.int16), np.asarray(sample[ids], np.int64)
+
+    def read_chunk(self, plan: ChunkPlan, documents: bool) -> TokenChunk:
+        """Samples as ``[n, seq_len + 1]`` rows (pad ``-1`` where Megatron pads).
+
+        ``documents`` is ignored: masks find documents by EOD, as Megatron does.
+        """
+        text = self._text(plan.sources.ravel(), plan.local_ids.ravel(), plan.sample_ids.ravel())
+        if not self.extra:  # the rolled label past the end is Megatron's pad
+            pad = np.full((text.shape[0], 1), PAD_TOKEN, dtype=np.int64)
+            text = np.concatenate([text.astype(np.int64), pad], axis=1)
+        return TokenChunk(plan, text, plan.sample_ids.ravel().astype(np.int64), None)
+
+    def _text(self, src: np.ndarray, local: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        width = self.seq_len + self.extra
+        rows = {d: np.flatnonzero(src == d) for d in np.unique(src).tolist()}
+        parts = {d: self._sources[d].read(local[r], width)[0] for d, r in rows.items()}
+        if len(parts) == 1:
+            out = next(iter(parts.values()))
+        else:
+            dtype = np.result_type(*[p.dtype for p in parts.values()]) if parts else np.int64
+            out = np.empty((src.shape[0], width), dtype=dtype)
+            for d, part in parts.items():
+                out[rows[d]] = part
+        self._check_tokens(out, ids)
+        return out
+
+    def _check_tokens(self, text: np.ndarray, ids: np.ndarray) -> None:
+        vocab = self.config.vocab_size
+        if vocab is None or text.size == 0 or int(text.max()) < vocab:
+            return
+        row, col = (int(v[0]) for v in np.nonzero(text >= vocab))
+        src, _ = self.locate(0, ids[row : row + 1])
+        source = self._sources[int(src[0])]
+        raise FormatError(
+            f"source {source.name!r} ({source.catalog.shards[0].path}): global sample "
+            f"{int(ids[row])} token {col} is {int(text[row, col])}, expected < vocab_size = "
+            f"{vocab}; the data was tokenized with another vocabulary"
+        )
+
+    def read(self, pass_index: int, samples: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Megatron's ``text`` (int64 ``[n, seq_len + extra]``, pad -1) of global sample ids."""
+        ids = np.asarray(samples, dtype=np.int64).ravel()
+        src, local = self.locate(pass_index, ids)
+        return self._text(src, local, ids).astype(np.int64), ids
+
+    def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
+        """The global sample ids themselves (Megatron samples are not stream windows)."""
+        return np.asarray(samples, dtype=np.int64)
+
+    # -- accounting ----------------------------------------------------------------------
+    def source_positions(self, cursor: StreamCursor) -> dict[str, dict[str, int]]:
+        """Per source: samples taken from its dataset before the cursor, and their epoch."""
+        drawn = self._drawn(cursor.sample)
+        return {
+            s.name: {"epoch": d // s.num_windows, "samples": d}
+            for s, d in zip(self._sources, drawn, strict=True)
+        }
+
+    def _drawn(self, sample: int) -> list[int]:
+        index = self._arrays.get("dataset_index")
+        if index is None:
+            return [sample]
+        count = len(self.sources)
+        if self._block_counts is None:  # cumulative counts every 64 Ki samples, once
+            blocks = [np.zeros(count, np.int64)]
+            for begin in range(0, index.size, _COUNT_BLOCK):
+                chunk = np.asarray(index[begin : begin + _COUNT_BLOCK])
+                blocks.append(blocks[-1] + np.bincount(chunk, minlength=count))
+            self._block_counts = np.stack(blocks)
+        block = min(sample, index.size) // _COUNT_BLOCK
+        rest = np.asarray(index[block * _COUNT_BLOCK : sample])
+        return (self._block_counts[block] + np.bincount(rest, minlength=count)).tolist()
+
+    def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
+        """Every input of the indices (docs/design.md §2.8); batch and masks left out."""
+        s = self.config.sampling
+        return {
+            "algorithm": ALGORITHM,
+            "mode": s.mode.value,
+            "seq_len": self.seq_len,
+            "seed": self.config.seed,
+            "num_samples": s.num_samples,
+            "split": [None if b is None else list(b) for b in split_matrix(s.split)],
+            "split_name": s.split_name.value,
+            "add_extra_token": s.add_extra_token,
+            "drop_last_partial": s.drop_last_partial,
+            "sources": [src.name for src in self._sources],
+            "weights": [src.weight for src in self.config.sources],
+            "data": {src.name: src.catalog.fingerprint() for src in self._sources},
+        }
+
+
+def _flatten(built: MegatronIndices) -> dict[str, np.ndarray]:
+    arrays = {
+        f"ds{d}_{field}": value
+        for d, gpt in enumerate(built.datasets)
+        for field, value in zip(_GPT_FIELDS, gpt, strict=True)
+    }
+    if built.dataset_index is not None and built.dataset_sample_index is not None:
+        arrays["dataset_index"] = built.dataset_index
+        arrays["dataset_sample_index"] = built.dataset_sample_index
+    return arrays
+
+
+def _without_indices(source: MegatronSource) -> MegatronSource:
+    copy = object.__new__(MegatronSource)
+    copy.__dict__.update(source.__dict__)
+    copy.indices = None
+    return copy
