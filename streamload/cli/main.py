@@ -19,13 +19,14 @@ from streamload.cli import (
     merge,
     plan,
     samples,
+    tokenize,
     validate,
 )
 from streamload.errors import StreamloadError
 
 __all__ = ["main"]
 
-_COMMANDS = (samples, demo, inspect, docs, validate, convert, merge, index, plan)
+_COMMANDS = (samples, demo, inspect, docs, validate, convert, merge, index, plan, tokenize)
 
 
 def build_parser() -> argparse.ArgumentParser:

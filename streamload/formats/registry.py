@@ -13,7 +13,7 @@ from streamload.formats.base import ShardFormatSpec, ShardInfo, TokenShard
 
 __all__ = ["FORMATS", "get_format", "open_shard", "sniff_format"]
 
-_MODULES = ("megatron", "modalities", "datatrove", "dolma", "npy", "raw")
+_MODULES = ("megatron", "modalities", "datatrove", "dolma", "jsonl", "npy", "raw")
 """Format modules in sniffing order; each exposes ``FORMAT``, its ``ShardFormatSpec``."""
 
 

@@ -1,0 +1,241 @@
+"""Raw JSONL sources (``format = "jsonl"``): documents tokenized on the fly (Modalities
+``MemMapDataset``), with the determinism and exact resumption of pre-tokenized data.
+
+The loader must know every shard's token count and document bounds at start-up, before any
+token is read, and those depend on the tokenizer. So a JSONL file is *prepared* once
+(``streamload tokenize --format jsonl`` or :func:`prepare_jsonl`), which writes beside
+``X.jsonl``:
+
+* ``X.idx`` — the Modalities raw index (byte range of each line, FORMATS §3.1), rebuilt;
+* ``X.tok.json`` — the tokenization record: the tokenizer's path and sha256, BOS/EOS, the
+  text field, the vocabulary size, the JSONL size and the token count of every line
+  (stripped text, BOS/EOS added only when absent, as ``streamload tokenize``; a line with
+  empty text is a document of 0 tokens).
+
+Describing a shard reads only that record and checks it still matches (JSONL size, index
+length, tokenizer sha256): a changed file or tokenizer is an error that says to prepare it
+again, never a silent shift of the sample stream. Reading tokens ``[a, b)`` encodes just the
+documents overlapping the range (a small per-shard cache keeps the last ones, as windows
+are read in runs) and checks each length against the record.
+
+The record names the tokenizer because the reader's ``describe`` sees only files; the
+source config needs no tokenizer option (docs/design.md, "Raw JSONL sources").
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamload.errors import FormatError
+from streamload.formats._atomic import atomic_output
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, local_path
+from streamload.formats.jsonl_index import (
+    JsonlDocuments,
+    create_raw_index,
+    default_index_path,
+    read_raw_index,
+)
+
+__all__ = ["FORMAT", "JsonlFormat", "JsonlShard", "prepare_jsonl", "record_path"]
+
+RECORD_SUFFIX = ".tok.json"
+_CACHE_DOCUMENTS = 64
+"""Encoded documents kept per opened shard."""
+
+
+def record_path(jsonl_path: str | os.PathLike[str]) -> Path:
+    """``{parent}/{stem}.tok.json`` of ``X.jsonl``."""
+    src = Path(jsonl_path)
+    return src.parent / f"{src.stem}{RECORD_SUFFIX}"
+
+
+@functools.lru_cache(maxsize=8)
+def _encoder(path: str, bos: int | None, eos: int | None, sha256: str) -> Any:
+    from streamload.tokenize.encoder import DocumentEncoder
+
+    return DocumentEncoder(path, bos, eos)
+
+
+def prepare_jsonl(
+    jsonl_path: str | os.PathLike[str],
+    tokenizer: str,
+    *,
+    bos_token_id: int | None = None,
+    eos_token_id: int | None = None,
+    text_field: str = "text",
+    batch_size: int = 1024,
+) -> Path:
+    """Index and measure a JSONL file for ``format = "jsonl"`` (module docstring).
+
+    Returns:
+        The record path (written atomically; the ``.idx`` too when it was absent).
+
+    Raises:
+        ConfigError: bad tokenizer or neither BOS nor EOS.
+        FormatError: a line that is not JSON or lacks the text field.
+    """
+    from streamload.tokenize.markers import file_sha256
+
+    if bos_token_id is None and eos_token_id is None:
+        from streamload.errors import ConfigError
+
+        raise ConfigError("a jsonl source needs bos_token_id or eos_token_id (or both)")
+    src = Path(jsonl_path)
+    # always rebuilt: an index left from before lines were appended would hide them
+    index = create_raw_index(src, default_index_path(src))
+    docs = JsonlDocuments(src, index, text_key=text_field.split("."))
+    sha = file_sha256(tokenizer)
+    encoder = _encoder(os.path.abspath(tokenizer), bos_token_id, eos_token_id, sha)
+    lengths: list[int] = []
+    for start in range(0, len(docs), batch_size):
+        texts = [docs.text(i).strip() for i in range(start, min(start + batch_size, len(docs)))]
+        lengths.extend(
+            len(ids) if text else 0 for text, ids in zip(texts, encoder.encode(texts), strict=True)
+        )
+    record = {
+        "tokenizer": os.path.abspath(tokenizer),
+        "tokenizer_sha256": sha,
+        "bos_token_id": bos_token_id,
+        "eos_token_id": eos_token_id,
+        "text_field": text_field,
+        "vocab_size": encoder.vocab_size,
+        "jsonl_size": docs.size,
+        "index": index.name,
+        "lengths": lengths,
+    }
+    out = record_path(src)
+    with atomic_output(out) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+    return out
+
+
+def _read_record(path: str, file: ListedFile) -> dict[str, Any]:
+    rec_path = str(record_path(path))
+    try:
+        with open(rec_path, encoding="utf-8") as fh:
+            record: dict[str, Any] = json.load(fh)
+    except OSError as exc:
+        raise FormatError(
+            f"{path}: its tokenization record {rec_path} is missing ({exc}); prepare the file "
+            "with: streamload tokenize --format jsonl --documents FILE --tokenizer TOK.json "
+            "--eos-token-id ID"
+        ) from exc
+    if record.get("jsonl_size") != file.size:
+        raise FormatError(
+            f"{path}: is {file.size} bytes but was {record.get('jsonl_size')} bytes when "
+            f"{rec_path} was written; the file changed: prepare it again"
+        )
+    return record
+
+
+class JsonlFormat:
+    """``.jsonl`` files with a ``.tok.json`` record beside them."""
+
+    name = "jsonl"
+    has_documents = True
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        return path.endswith(".jsonl") and record_path(path).name in siblings
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        path = local_path(file.path)
+        if path is None:
+            raise FormatError(f"{file.path}: jsonl sources are read from local files only")
+        record = _read_record(path, file)
+        index = str(Path(path).parent / record["index"])
+        lengths = np.asarray(record["lengths"], dtype=np.int64)
+        entries = len(read_raw_index(index))
+        if entries != lengths.size:
+            raise FormatError(
+                f"{index}: holds {entries} lines but {record_path(path)} measured "
+                f"{lengths.size}; prepare the file again"
+            )
+        from streamload.tokenize.markers import file_sha256
+
+        if file_sha256(record["tokenizer"]) != record["tokenizer_sha256"]:
+            raise FormatError(
+                f"{path}: tokenizer {record['tokenizer']} changed since the file was prepared; "
+                "prepare it again"
+            )
+        vocab = int(record["vocab_size"])
+        auto = np.min_scalar_type(max(vocab - 1, 0))
+        dtype = np.dtype(auto if options.dtype == "auto" else options.dtype).newbyteorder("<")
+        if np.iinfo(dtype).max < vocab - 1:
+            raise FormatError(f"{path}: dtype {dtype.name} cannot hold {vocab} token ids")
+        meta = {k: record[k] for k in ("tokenizer", "tokenizer_sha256", "text_field")}
+        meta.update(bos=record["bos_token_id"], eos=record["eos_token_id"])
+        meta.update(num_documents=int(lengths.size), record=str(record_path(path)))
+        return ShardInfo(
+            file.path, file.relpath, file.size, self.name, dtype.str, 0,
+            int(lengths.sum()), index, meta,
+        )  # fmt: skip
+
+    def open(self, info: ShardInfo) -> JsonlShard:
+        return JsonlShard(info)
+
+
+class JsonlShard:
+    """A prepared JSONL file read as tokens: documents are encoded when a range needs them."""
+
+    def __init__(self, info: ShardInfo) -> None:
+        self.info = info
+        path = local_path(info.path) or info.path
+        record = _read_record(path, ListedFile(info.path, info.relpath, info.size))
+        lengths = np.asarray(record["lengths"], dtype=np.int64)
+        self._bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        if int(self._bounds[-1]) != info.num_tokens:
+            raise FormatError(f"{path}: record changed since start-up; restart the loader")
+        self._docs = JsonlDocuments(
+            path, info.index_path, text_key=str(info.meta["text_field"]).split(".")
+        )
+        meta = info.meta
+        self._encoder = _encoder(
+            meta["tokenizer"], meta["bos"], meta["eos"], meta["tokenizer_sha256"]
+        )
+        self._dtype = np.dtype(info.dtype)
+        self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    def _documents(self, first: int, last: int) -> list[np.ndarray]:
+        missing = [i for i in range(first, last) if i not in self._cache]
+        if missing:
+            texts = [self._docs.text(i).strip() for i in missing]
+            for i, text, ids in zip(missing, texts, self._encoder.encode(texts), strict=True):
+                ids = ids if text else ids[:0]
+                expected = int(self._bounds[i + 1] - self._bounds[i])
+                if ids.size != expected:
+                    raise FormatError(
+                        f"{self.info.path}: document {i} encodes to {ids.size} tokens but was "
+                        f"measured at {expected}; the file or tokenizer changed: prepare again"
+                    )
+                self._cache[i] = ids.astype(self._dtype)
+        out = []
+        for i in range(first, last):
+            self._cache.move_to_end(i)
+            out.append(self._cache[i])
+        while len(self._cache) > max(_CACHE_DOCUMENTS, last - first):
+            self._cache.popitem(last=False)
+        return out
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)``, clipped to the shard like a slice of a mapped file."""
+        stop = min(stop, int(self._bounds[-1]))
+        if stop <= start:
+            return np.empty(0, dtype=self._dtype)
+        first = int(np.searchsorted(self._bounds, start, side="right")) - 1
+        last = int(np.searchsorted(self._bounds, stop, side="left"))
+        joined = np.concatenate(self._documents(first, last))
+        offset = start - int(self._bounds[first])
+        return joined[offset : offset + stop - start]
+
+    def document_bounds(self) -> np.ndarray:
+        return self._bounds
+
+
+FORMAT = JsonlFormat()

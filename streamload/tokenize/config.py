@@ -1,0 +1,222 @@
+"""What ``streamload tokenize`` is asked to do: one frozen, validated config.
+
+Names follow ``dolma tokens`` 1.2.1 (``documents``, ``destination``, ``tokenizer.name_or_path``,
+``tokenizer.bos_token_id``, ``max_size``, ``ring_size``, ``work_dir.input``…); a config file
+may use dolma's nested tables (``tokenizer = {name_or_path = …}``, ``work_dir = {input = …}``)
+or the flat field names of :class:`TokenizeConfig`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streamload.config._checks import check_int, check_keys, to_enum
+from streamload.config.data import read_config_file
+from streamload.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_MAX_SIZE",
+    "OutputFormat",
+    "TokenizeConfig",
+    "flatten_options",
+    "load_tokenize_config",
+]
+
+DEFAULT_MAX_SIZE = 1024**3
+"""dolma's default ``max_size``: tokens per output file (each holds strictly fewer)."""
+
+_NESTED = {
+    "tokenizer": {
+        "name_or_path": "tokenizer",
+        "bos_token_id": "bos_token_id",
+        "eos_token_id": "eos_token_id",
+        "pad_token_id": "pad_token_id",
+        "segment_before_tokenization": "segment_before_tokenization",
+    },
+    "work_dir": {"input": "work_dir_input", "output": "work_dir_output"},
+}
+"""dolma's nested config tables → flat field names."""
+
+
+class OutputFormat(str, enum.Enum):
+    """What ``streamload tokenize`` writes (one writer per output file)."""
+
+    DOLMA = "dolma"
+    """Headerless ``part-G-MMMMM.npy`` + ``.csv.gz`` rows, as ``dolma tokens``."""
+    MEGATRON = "megatron"
+    """``part-G-MMMMM.bin`` + ``.idx`` as megatron-core ``IndexedDatasetBuilder``."""
+    MODALITIES = "modalities"
+    """``part-G-MMMMM.pbin`` as Modalities ``pack_encoded_data``."""
+    NUMPY = "numpy"
+    """Real NumPy ``part-G-MMMMM.npy`` files (KempnerForge / nanoGPT style)."""
+    DATATROVE = "datatrove"
+    """``part-G-MMMMM.ds`` + ``.ds.index`` + ``.ds.metadata`` as datatrove."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenizeConfig:
+    """A tokenization run.
+
+    Args:
+        documents: Input JSONL paths or globs (local or fsspec URLs; ``.gz``/``.zst`` read).
+        destination: Output folder.
+        tokenizer: Path of a HuggingFace ``tokenizer.json``.
+        bos_token_id: Prepended to each document that does not start with it.
+        eos_token_id: Appended to each document that does not end with it.
+        pad_token_id: Recorded only (dolma accepts it); must fit the dtype.
+        segment_before_tokenization: Tokenize paragraph by paragraph (long documents).
+        format: Output format.
+        dtype: Token dtype, or ``auto`` for the format's smallest that holds the vocabulary.
+        max_size: Each output file holds fewer than this many tokens (documents never split).
+        processes: Worker processes.
+        files_per_process: Input files per group (one group = one set of outputs);
+            ``None``: the files are spread over ``processes`` groups.
+        ring_size: Files of a group read at once, round robin.
+        batch_size: Documents collected from the ring and shuffled together.
+        seed: Seed of the input order and of every batch shuffle.
+        text_field: JSON key of the text (dots reach into nested objects).
+        id_field: JSON key of the document id (the dolma CSV ``id`` column); a line without
+            it is a bad line. Empty or ``None``: ids are ``{sha256(path)}-{line}`` (dolma).
+        work_dir_input: Accepted for dolma compatibility (inputs are streamed, not copied).
+        work_dir_output: Scratch folder for outputs being written (default: in destination).
+        shard_index: This machine's share of the groups (``g % num_shards == shard_index``).
+        num_shards: Machines sharing the run.
+        skip_bad_lines: Skip (and count) malformed lines instead of failing.
+    """
+
+    documents: tuple[str, ...]
+    destination: str
+    tokenizer: str
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    pad_token_id: int | None = None
+    segment_before_tokenization: bool = False
+    format: OutputFormat = OutputFormat.DOLMA
+    dtype: str = "auto"
+    max_size: int = DEFAULT_MAX_SIZE
+    processes: int = 1
+    files_per_process: int | None = None
+    ring_size: int = 8
+    batch_size: int = 10_000
+    seed: int = 3920
+    text_field: str = "text"
+    id_field: str | None = "id"
+    work_dir_input: str | None = None
+    work_dir_output: str | None = None
+    shard_index: int = 0
+    num_shards: int = 1
+    skip_bad_lines: bool = False
+
+    def __post_init__(self) -> None:
+        docs = (self.documents,) if isinstance(self.documents, str) else self.documents
+        if not isinstance(docs, (list, tuple)) or not docs:
+            raise ConfigError(f"documents = {self.documents!r} must name at least one path")
+        if not all(isinstance(d, str) and d for d in docs):
+            raise ConfigError(f"documents = {self.documents!r} must be non-empty strings")
+        object.__setattr__(self, "documents", tuple(docs))
+        if self.id_field == "":
+            object.__setattr__(self, "id_field", None)
+        if self.id_field is not None and not isinstance(self.id_field, str):
+            raise ConfigError(f"id_field = {self.id_field!r} must be a string or empty")
+        for name in ("destination", "tokenizer", "text_field"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{name} = {value!r} must be a non-empty string")
+        object.__setattr__(self, "format", to_enum(OutputFormat, self.format, "format"))
+        self._check_token_ids()
+        for name, minimum in (("max_size", 2), ("processes", 1), ("ring_size", 1)):
+            check_int(getattr(self, name), name, minimum)
+        for name, minimum in (("batch_size", 1), ("seed", 0), ("shard_index", 0)):
+            check_int(getattr(self, name), name, minimum)
+        check_int(self.num_shards, "num_shards", 1)
+        if self.files_per_process is not None:
+            check_int(self.files_per_process, "files_per_process", 1)
+        if self.shard_index >= self.num_shards:
+            raise ConfigError(
+                f"shard_index = {self.shard_index} must be < num_shards = {self.num_shards}"
+            )
+        if not isinstance(self.dtype, str) or not self.dtype:
+            raise ConfigError(f"dtype = {self.dtype!r} must be 'auto' or a numpy integer dtype")
+
+    def _check_token_ids(self) -> None:
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(self, name)
+            if value is not None:
+                check_int(value, name, 0)
+        if self.bos_token_id is None and self.eos_token_id is None:
+            raise ConfigError(
+                "bos_token_id and eos_token_id are both unset; give at least one "
+                "(--eos-token-id / --tokenizer.eos_token_id), as dolma requires"
+            )
+
+    def output_key(self) -> dict[str, Any]:
+        """The fields that decide the output bytes (what a restart must repeat).
+
+        Scratch folders and the machine's shard do not change any output file, nor does
+        ``processes`` once ``files_per_process`` fixes the groups (without it, dolma makes
+        one group per process); everything else must match the interrupted run.
+        """
+        skip = {"work_dir_input", "work_dir_output", "shard_index"}
+        if self.files_per_process is not None:
+            skip.add("processes")
+        return {k: v for k, v in self.to_dict().items() if k not in skip}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe values, flat field names."""
+        out = dataclasses.asdict(self)
+        out["format"] = self.format.value
+        out["documents"] = list(self.documents)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TokenizeConfig:
+        """Build from flat names or dolma's nested ``tokenizer``/``work_dir`` tables.
+
+        Raises:
+            ConfigError: an unknown key, a missing required key, or an invalid value.
+        """
+        flat = flatten_options(data)
+        check_keys(flat, cls, "tokenize config")
+        for key in ("documents", "destination", "tokenizer"):
+            if flat.get(key) is None:
+                raise ConfigError(f"tokenize config: {key} is required")
+        return cls(**flat)
+
+
+def flatten_options(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Flat field names from dolma's nested tables and kebab-case keys (``dryrun`` dropped).
+
+    Raises:
+        ConfigError: an unknown key inside a nested table.
+    """
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        key = key.replace("-", "_")
+        if key in _NESTED and isinstance(value, Mapping):
+            for sub, sub_value in value.items():
+                if sub not in _NESTED[key]:
+                    allowed = ", ".join(sorted(_NESTED[key]))
+                    raise ConfigError(f"{key}.{sub}: unknown key; allowed: {allowed}")
+                flat[_NESTED[key][sub]] = sub_value
+        elif key != "dryrun":  # a CLI action, not part of the run
+            flat[key] = value
+    return flat
+
+
+def load_tokenize_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The raw mapping of a JSON, YAML or TOML config file (``-c config.json``).
+
+    Raises:
+        ConfigError: missing or unparsable.
+    """
+    file = Path(path)
+    data = read_config_file(file)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file}: the config must be a table of options, got {data!r}")
+    return data

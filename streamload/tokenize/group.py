@@ -1,0 +1,102 @@
+"""Tokenize one group of input files into its output files (the unit of work and of resume).
+
+Per batch of documents from the ring (:mod:`streamload.tokenize.shuffle`): one
+``encode_batch`` call for the whole batch, one seeded shuffle of the batch, then each
+document goes to the :class:`~streamload.tokenize.outputs.PartWriter`. Per-document Python
+work is the JSON parse, a strip, a list → array conversion and a write call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from streamload.tokenize.config import TokenizeConfig
+from streamload.tokenize.encoder import DocumentEncoder
+from streamload.tokenize.inputs import LineReader, ReadCounts
+from streamload.tokenize.markers import RunRecord
+from streamload.tokenize.outputs import PartWriter, part_stem
+from streamload.tokenize.shuffle import batch_rng, ring_batches
+
+__all__ = ["GroupJob", "run_group"]
+
+ProgressFn = Callable[[int, int], None]
+"""Called with (documents, tokens) written since the last call."""
+
+
+@dataclass(frozen=True)
+class GroupJob:
+    """One group: its number, files and everything needed to write it (picklable)."""
+
+    index: int
+    files: tuple[str, ...]
+    num_groups: int
+    dtype: str
+    config: TokenizeConfig
+
+
+@functools.lru_cache(maxsize=4)
+def _encoder(
+    path: str, bos: int | None, eos: int | None, segment: bool, sha256: str
+) -> DocumentEncoder:
+    """One encoder per process and tokenizer (``sha256`` keys a changed file)."""
+    return DocumentEncoder(path, bos, eos, segment)
+
+
+def run_group(
+    job: GroupJob, tokenizer_sha256: str, progress: ProgressFn | None = None
+) -> dict[str, Any]:
+    """Write group ``job`` into the destination and mark it done.
+
+    Returns:
+        The done marker: documents, tokens, files (name → bytes) and read counts.
+
+    Raises:
+        FormatError: a bad line (without ``skip_bad_lines``), an unreadable input, or a
+            document of ``max_size`` tokens or more. Nothing of the group is left looking
+            complete.
+    """
+    cfg = job.config
+    encoder = _encoder(
+        cfg.tokenizer,
+        cfg.bos_token_id,
+        cfg.eos_token_id,
+        cfg.segment_before_tokenization,
+        tokenizer_sha256,
+    )
+    record = RunRecord(cfg.destination, cfg.work_dir_output)
+    staging = record.staging(job.index)
+    readers: list[LineReader] = []
+
+    def open_file(path: str) -> LineReader:
+        reader = LineReader(path, cfg.text_field, cfg.id_field, skip_bad_lines=cfg.skip_bad_lines)
+        readers.append(reader)
+        return reader
+
+    stem = part_stem(job.index, job.num_groups)
+    documents = tokens = 0
+    batches = ring_batches(job.files, open_file, cfg.ring_size, cfg.batch_size)
+    with PartWriter(
+        cfg.format, staging, stem, np.dtype(job.dtype), cfg.max_size, cfg.tokenizer
+    ) as writer:
+        for number, batch in enumerate(batches):
+            encoded = encoder.encode([doc.text for doc in batch])
+            order = list(range(len(batch)))
+            batch_rng(cfg.seed, job.index, number).shuffle(order)
+            batch_tokens = 0
+            for i in order:
+                writer.add(encoded[i], batch[i])
+                batch_tokens += int(encoded[i].size)
+            documents += len(batch)
+            tokens += batch_tokens
+            if progress is not None:
+                progress(len(batch), batch_tokens)
+    counts = ReadCounts()
+    for reader in readers:
+        counts.add(reader.counts)
+    stats = {"documents": documents, "tokens": tokens, "parts": writer.parts, **asdict(counts)}
+    return record.finish(job.index, staging, stats)
