@@ -26,7 +26,7 @@ from streamload.nodes._map import MapStage
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.pack_masks import MaskPacker
 from streamload.nodes.plan_chunks import PlanChunks, RankSpec
-from streamload.nodes.read_windows import WindowReader
+from streamload.nodes.read_windows import WindowReader, mask_skipped
 from streamload.nodes.split_batches import SplitBatches
 from streamload.nodes.types import ChunkPlan
 from streamload.state import check_fingerprint, cursor_from_state, make_state, read_state
@@ -91,7 +91,8 @@ class _Materialize:
         self.packer = packer
 
     def __call__(self, plan: ChunkPlan) -> Batch:
-        return self.packer(self.reader(plan))
+        chunk = self.reader(plan)
+        return mask_skipped(self.packer(chunk), chunk)  # on_error = "skip" rows: no loss
 
 
 class StreamLoader:
@@ -129,7 +130,9 @@ class StreamLoader:
         self._cursor = stream.start()
         self._delivered = 0
         self._wait = 0.0
+        self._ended_by: str | None = None
         self._chain: BaseNode[Batch] | None = None
+        self._planner: PlanChunks | None = None
         length = stream.pass_length
         dropped = 0 if length is None else length % rank.global_batch
         if dropped and rank.rank == 0:
@@ -182,11 +185,29 @@ class StreamLoader:
                 return
             self._cursor = self.stream.advance(self._cursor, 1, self.rank.global_batch)
             self._delivered += 1
+            self._note_end()
             yield batch
         if chain is self._chain:
             self._close()
-            if self.stream.ended_by:
-                warnings.warn(f"the stream ended: {self.stream.ended_by}", stacklevel=2)
+            self._note_end()
+            if self._ended_by:
+                warnings.warn(f"the stream ended: {self._ended_by}", stacklevel=2)
+
+    def _note_end(self) -> None:
+        """Record why the stream ended once the delivered cursor is at its end: a planner
+        with workers runs ahead of delivery (``stream.ended_by`` alone is set too early); a
+        lazy one (no workers) meets the end only when asked for the next chunk."""
+        planner = self._planner
+        caught_up = planner is not None and planner.get_state() == self._cursor.to_state()
+        limited = any(source.limit is not None for source in self.stream.sources)
+        if not self.stream.ended_by and not (caught_up and limited):
+            return  # at most one look-ahead per chunk, and only if a policy can end it
+        spec = self.rank
+        planned = self.stream.plan_chunk(
+            self._cursor, 1, spec.global_batch, spec.world_size, spec.rank
+        )
+        if planned is None and self.stream.ended_by:
+            self._ended_by = self.stream.ended_by
 
     def _is_current(self, chain: BaseNode[Batch]) -> bool:
         return chain is self._chain
@@ -216,14 +237,18 @@ class StreamLoader:
             current["fingerprint"], self.stream.fingerprint(cursor), ignore_fingerprint_mismatch
         )
         self._close()
-        self._cursor, self._delivered = cursor, 0
+        self._cursor, self._delivered, self._ended_by = cursor, 0, None
 
     def stats(self) -> dict[str, Any]:
         """Per-source samples, tokens, epochs and repetition so far (all ranks), and waiting.
 
         ``epochs`` counts a source's completed epochs; ``repetition`` is samples drawn per
         window (1.0 = each window seen once on average). ``wait_seconds`` is the time the
-        training loop spent waiting for this loader.
+        training loop spent waiting for this loader. ``ended_by`` says why the stream ended
+        (a source policy), once this loader has delivered its last batch; ``None`` before.
+        ``storage`` has, per remote source, this
+        process's request/retry/fault/cache counters and what ``on_error = "skip"`` skipped
+        (:class:`streamload.remote.RemoteStats`; process workers count in their own process).
         """
         sources = {}
         for source, (name, pos) in zip(
@@ -240,7 +265,8 @@ class StreamLoader:
             "sources": sources,
             "batches": self._delivered,
             "wait_seconds": self._wait,
-            "ended_by": self.stream.ended_by,
+            "ended_by": self._ended_by,
+            "storage": _storage_stats(self.stream),
         }
 
     def _batch_bytes(self) -> int:
@@ -262,9 +288,10 @@ class StreamLoader:
     def _build_chain(self) -> BaseNode[Batch]:
         cfg = self.stream.config
         plan = PlanChunks(self.stream, self.rank, self._chunk_batches(), self._cursor)
+        self._planner = plan
         work = _Materialize(
             WindowReader(self.stream, documents=cfg.packing.masks),
-            MaskPacker(cfg.packing.masks, cfg.eos_token_id),
+            MaskPacker(cfg.packing.masks, cfg.eos_token_id, cfg.packing.flags),
         )
         node: BaseNode[Any]
         if self.num_workers == 0:
@@ -289,6 +316,21 @@ class StreamLoader:
         chain, self._chain = self._chain, None
         if chain is not None:
             _shutdown(chain)
+
+
+def _storage_stats(stream: SampleStream) -> dict[str, Any]:
+    """Per remote source: this process's request, retry, fault and cache counters, and the
+    shards and samples skipped under ``on_error = "skip"`` (docs/remote.md)."""
+    out: dict[str, Any] = {}
+    for source in stream.sources:
+        counters = source.shards.storage_stats()
+        if counters is None:
+            continue
+        skipped = dict(source.catalog.skipped)
+        counters["skipped_shards"] = len(skipped)
+        counters["skipped"] = {**skipped, **counters["skipped"]}
+        out[source.name] = counters
+    return out
 
 
 def _shutdown(node: Any, depth: int = 0) -> None:

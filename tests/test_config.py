@@ -212,7 +212,7 @@ def test_out_of_range_values(cfg: dict[str, Any], match: str) -> None:
     ("cfg", "match"),
     [
         (with_source(format="parquet"), r"source 'web': format = 'parquet' is not one of 'auto'"),
-        (minimal(sampling={"mode": "megatron"}), r"sampling\.mode = 'megatron' is not one of"),
+        (minimal(sampling={"mode": "sharded"}), r"sampling\.mode = 'sharded' is not one of"),
         (with_source(dtype="float32"), r"source 'web': dtype = 'float32' is not 'auto' or one"),
         (with_source(dtype="u2"), r"source 'web': dtype = 'u2'"),
     ],

@@ -21,13 +21,21 @@ from streamload.config.options import (
     SamplingConfig,
     SamplingMode,
 )
-from streamload.config.source import TOKEN_DTYPES, ShardFormat, SourceConfig, SourcePolicy
+from streamload.config.source import (
+    TOKEN_DTYPES,
+    OnError,
+    ShardFormat,
+    SourceConfig,
+    SourcePolicy,
+)
+from streamload.config.storage import StorageConfig
 
 __all__ = [
     "TOKEN_DTYPES",
     "DataConfig",
     "MixtureConfig",
     "MixtureUnit",
+    "OnError",
     "PackingConfig",
     "PhaseConfig",
     "SamplingConfig",
@@ -35,5 +43,6 @@ __all__ = [
     "ShardFormat",
     "SourceConfig",
     "SourcePolicy",
+    "StorageConfig",
     "load_config",
 ]

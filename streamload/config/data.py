@@ -18,8 +18,10 @@ from streamload.config.options import (
     PackingConfig,
     PhaseConfig,
     SamplingConfig,
+    SamplingMode,
 )
 from streamload.config.source import SourceConfig
+from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, add_note
 
 if sys.version_info >= (3, 11):
@@ -27,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["DataConfig", "load_config"]
+__all__ = ["DataConfig", "load_config", "read_config_file"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +47,8 @@ class DataConfig:
         packing: Packing-mask options.
         mixture: How weights are read (several sources).
         schedule: Weight phases by global step (annealing).
+        storage: Fetching and caching of remote shards (never changes the order, so it is
+            not in the fingerprint).
     """
 
     seq_len: int
@@ -57,10 +61,16 @@ class DataConfig:
     packing: PackingConfig = field(default_factory=PackingConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     schedule: tuple[PhaseConfig, ...] = ()
+    storage: StorageConfig = field(default_factory=StorageConfig)
 
     @property
     def is_mixture(self) -> bool:
-        """Several sources, or a schedule: samples are allocated to sources by weight."""
+        """Several sources, or a schedule: samples are allocated to sources by weight.
+
+        Never in ``megatron`` mode, which blends by Megatron's own rule.
+        """
+        if self.sampling.mode is SamplingMode.MEGATRON:
+            return False
         return len(self.sources) > 1 or bool(self.schedule)
 
     def __post_init__(self) -> None:
@@ -82,7 +92,11 @@ class DataConfig:
             raise ConfigError(f"eos_token_id = {e} must be < vocab_size = {v}")
         if isinstance(self.schedule, list):
             object.__setattr__(self, "schedule", tuple(self.schedule))
-        if self.is_mixture:
+        if self.sampling.mode is SamplingMode.MEGATRON:
+            from streamload.megatron_config import check_megatron_config
+
+            check_megatron_config(self)
+        elif self.is_mixture:
             self._check_mixture(names)
 
     def _check_mixture(self, names: list[str]) -> None:
@@ -130,7 +144,7 @@ class DataConfig:
         if not isinstance(raw_sources, Sequence) or isinstance(raw_sources, str):
             raise ConfigError("sources must be a list of [[sources]] tables")
         sources = tuple(_source_from_dict(s, i, base_dir) for i, s in enumerate(raw_sources))
-        nested = ("sources", "sampling", "packing", "mixture", "schedule")
+        nested = ("sources", "sampling", "packing", "mixture", "schedule", "storage")
         kwargs = {k: v for k, v in data.items() if k not in nested}
         raw_schedule = data.get("schedule", [])
         if not isinstance(raw_schedule, Sequence) or isinstance(raw_schedule, str):
@@ -141,6 +155,7 @@ class DataConfig:
             sampling=_sub(SamplingConfig, data.get("sampling", {}), "sampling"),
             packing=_sub(PackingConfig, data.get("packing", {}), "packing"),
             mixture=_sub(MixtureConfig, data.get("mixture", {}), "mixture"),
+            storage=_sub(StorageConfig, data.get("storage", {}), "storage"),
             schedule=tuple(
                 _sub(PhaseConfig, p, f"schedule[{i}]") for i, p in enumerate(raw_schedule)
             ),
@@ -202,6 +217,30 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def read_config_file(path: str | os.PathLike[str]) -> Any:
+    """The parsed content of a JSON (``.json``), YAML (``.yaml``/``.yml``) or TOML file.
+
+    Raises:
+        ConfigError: the file is missing or unparsable.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{file}: config file not found")
+    text = file.read_text(encoding="utf-8")
+    try:
+        if file.suffix in (".yaml", ".yml"):
+            import yaml
+
+            return yaml.safe_load(text)
+        if file.suffix == ".json":
+            return json.loads(text)
+        return tomllib.loads(text)
+    except Exception as exc:
+        error = ConfigError(f"{file}: cannot parse config: {exc}")
+        add_note(error, "expected JSON (.json), YAML (.yaml/.yml) or TOML (any other name)")
+        raise error from exc
+
+
 def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | DataConfig) -> DataConfig:
     """Load a config from a TOML/YAML/JSON file path, a mapping, or pass a DataConfig through.
 
@@ -213,20 +252,7 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | DataConfig)
     if isinstance(config, Mapping):
         return DataConfig.from_dict(config)
     path = Path(config)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        elif path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            data = tomllib.loads(text)
-    except Exception as exc:
-        raise ConfigError(f"{path}: cannot parse config: {exc}") from exc
+    data = read_config_file(path)
     try:
         return DataConfig.from_dict(data, base_dir=str(path.parent.resolve()))
     except ConfigError as exc:

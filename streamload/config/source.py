@@ -9,7 +9,7 @@ from typing import Any
 from streamload.config._checks import check_int, to_enum
 from streamload.errors import ConfigError
 
-__all__ = ["TOKEN_DTYPES", "ShardFormat", "SourceConfig", "SourcePolicy"]
+__all__ = ["TOKEN_DTYPES", "OnError", "ShardFormat", "SourceConfig", "SourcePolicy"]
 
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int16", "int32", "int64")
 """Token dtypes a shard may hold (unsigned or signed integers; never floats)."""
@@ -32,6 +32,9 @@ class ShardFormat(str, enum.Enum):
     """Dolma ``part-*.npy`` (headerless) + ``.csv.gz`` document metadata."""
     DATATROVE = "datatrove"
     """datatrove / nanotron ``.ds`` + ``.ds.index`` + ``.ds.metadata``."""
+    JSONL = "jsonl"
+    """Raw ``.jsonl`` tokenized on the fly, prepared with ``streamload tokenize --format jsonl``
+    (a ``.idx`` and a ``.tok.json`` record beside it; docs/tokenize.md)."""
 
 
 class SourcePolicy(str, enum.Enum):
@@ -41,6 +44,17 @@ class SourcePolicy(str, enum.Enum):
     """Start the source's next epoch, reshuffled with (seed, source, epoch)."""
     STOP = "stop"
     """End the whole stream before the batch that would need a second epoch."""
+
+
+class OnError(str, enum.Enum):
+    """What happens when a remote object stays unreadable after every retry (docs/remote.md)."""
+
+    RAISE = "raise"
+    """Fail with an error naming the object (the default)."""
+    SKIP = "skip"
+    """Deterministic skip: an unreadable shard is left out at start-up, and a sample whose
+    bytes cannot be read later is delivered with every label ``-100``; both are counted in
+    ``loader.stats()`` and warned about, never silent."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +70,7 @@ class SourceConfig:
         policy: ``repeat`` (default) or ``stop`` when the source runs out in a mixture.
         max_epochs: End the stream before this source would start epoch ``max_epochs``.
         storage_options: Passed to fsspec for remote paths.
+        on_error: ``raise`` or ``skip`` when a remote object stays unreadable.
     """
 
     name: str
@@ -66,10 +81,12 @@ class SourceConfig:
     policy: SourcePolicy = SourcePolicy.REPEAT
     max_epochs: int | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
+    on_error: OnError = OnError.RAISE
 
     def __post_init__(self) -> None:
         where = f"source {self.name!r}"
         object.__setattr__(self, "policy", to_enum(SourcePolicy, self.policy, f"{where}: policy"))
+        object.__setattr__(self, "on_error", to_enum(OnError, self.on_error, f"{where}: on_error"))
         if self.max_epochs is not None:
             check_int(self.max_epochs, f"{where}: max_epochs", 1)
         if not isinstance(self.name, str) or not self.name:

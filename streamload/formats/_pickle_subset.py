@@ -191,7 +191,9 @@ def _unframe(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         pos, length = pos + 9 + size, length + size
         cuts.append(length)
     pieces += [raw[pos:], np.zeros(_PAD, dtype=np.uint8)]
-    return np.concatenate(pieces), np.array(cuts[:-1], dtype=np.int64)
+    # Every frame end counts, the last one too: a corrupted frame length can end the last
+    # frame inside an int, which only the cut check notices.
+    return np.concatenate(pieces), np.array(cuts, dtype=np.int64)
 
 
 def _int_end(b: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
