@@ -7,8 +7,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from streamload.demo import describe, resume_segment, run_demo
-
 __all__ = ["add_parser", "run"]
 
 
@@ -24,6 +22,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo (or, with the hidden ``--resume``, its fresh-process half)."""
+    # Imported here: the demo trains with torch, which the other subcommands (and the
+    # tokenizing workers that re-import the CLI under spawn) need not load.
+    from streamload.demo import describe, resume_segment, run_demo
+
     if args.resume:
         paths = describe(Path(args.dir))
         return resume_segment(paths["config"], paths["state"], args.num_workers, paths["resumed"])
