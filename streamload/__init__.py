@@ -54,6 +54,7 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [
     "ConfigError",
     "DataConfig",

@@ -27,7 +27,7 @@ from streamload.config import DataConfig, SourceConfig
 from streamload.config.source import OnError
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, FormatError
-from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
 from streamload.formats.sniff import describe_shard, folder_dtype
 from streamload.listing import list_source_files, sibling_names
 from streamload.remote.errors import RemoteReadError
@@ -56,11 +56,23 @@ class SourceCatalog:
         return sum(s.num_tokens for s in self.shards)
 
     def fingerprint(self) -> str:
-        """sha256 over (relative path, bytes, tokens, dtype) of every shard, in order."""
+        """sha256 over (relative path, bytes, tokens, dtype) of every shard, in order, and
+        for shards tokenized on the fly (jsonl) the tokenizer's sha256 and BOS/EOS/field."""
         digest = hashlib.sha256()
         for s in self.shards:
             digest.update(f"{s.relpath}\0{s.size}\0{s.num_tokens}\0{s.dtype}\n".encode())
+            if "tokenizer_sha256" in s.meta:
+                keys = ("tokenizer_sha256", "bos", "eos", "text_field")
+                digest.update(("\0".join(str(s.meta.get(k)) for k in keys) + "\n").encode())
         return digest.hexdigest()
+
+
+def _tokenizer_spec(source: SourceConfig) -> TokenizerSpec | None:
+    if source.tokenizer is None:
+        return None
+    return TokenizerSpec(
+        source.tokenizer, source.bos_token_id, source.eos_token_id, source.text_field
+    )
 
 
 def storage_handle(fs: Any, source: SourceConfig, storage: StorageConfig) -> StorageHandle | None:
@@ -100,7 +112,10 @@ def describe_source(
     for f in files:  # folder facts first (one listing per folder), sequentially
         folder = posixpath.dirname(f.path)
         options = ReadOptions(
-            dtype=source.dtype, meta_dtype=folder_dtype(fs, folder, meta), vocab_size=vocab_size
+            dtype=source.dtype,
+            meta_dtype=folder_dtype(fs, folder, meta),
+            vocab_size=vocab_size,
+            tokenizer=_tokenizer_spec(source),
         )
         listed = ListedFile(_url(fs, f.path), f.relpath, f.size, f.version)
         jobs.append((listed, options, sibling_names(fs, folder, siblings)))

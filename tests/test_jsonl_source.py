@@ -101,3 +101,69 @@ def test_changed_file_or_tokenizer_is_refused(prepared: Path, tokenizer_path: st
     other = SourceConfig(name="s", path=str(prepared / "docs" / "b.jsonl"), format="jsonl")
     with pytest.raises(FormatError, match=r"tokenization record .* is missing"):
         describe_source(other)
+
+
+def test_source_with_a_tokenizer_prepares_its_files(
+    tokenizer_path: str,  # noqa: F811
+    prepared: Path,
+    tmp_path: Path,
+) -> None:
+    """No prepare step: the source names its tokenizer; batches equal the prepared ones."""
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    for name in ("a", "b"):
+        shutil.copy(prepared / "docs" / f"{name}.jsonl", fresh / f"{name}.jsonl")
+    cfg = config(str(fresh / "*.jsonl"), "jsonl")
+    cfg["sources"][0].update(tokenizer=tokenizer_path, eos_token_id=0)
+    got = collect_global_batches([build_loader(cfg, batch_size=4)])
+    assert (fresh / "a.tok.json").is_file() and (fresh / "a.idx").is_file()
+    want = collect_global_batches(
+        [build_loader(config(str(prepared / "docs" / "*.jsonl"), "jsonl"), batch_size=4)]
+    )
+    assert len(got) == len(want) > 10
+    for a, b in zip(got, want, strict=True):
+        for key in a:
+            assert a[key].equal(b[key]), key
+    assert_resumes_exactly(lambda: build_loader(cfg, batch_size=4), save_points=[0, 3])
+
+
+def test_other_tokenizing_settings_reprepare_and_change_the_fingerprint(
+    tokenizer_path: str,  # noqa: F811
+    prepared: Path,
+) -> None:
+    path = str(prepared / "docs" / "*.jsonl")
+    eos = SourceConfig(
+        name="s", path=path, format="jsonl", tokenizer=tokenizer_path, eos_token_id=0
+    )
+    both = SourceConfig(
+        name="s",
+        path=path,
+        format="jsonl",
+        tokenizer=tokenizer_path,
+        bos_token_id=1,
+        eos_token_id=0,
+    )
+    first = describe_source(eos)
+    second = describe_source(both)
+    assert second.shards[0].meta["bos"] == 1
+    assert sum(s.num_tokens for s in second.shards) > sum(s.num_tokens for s in first.shards)
+    assert first.fingerprint() != second.fingerprint()
+    record = json.loads((prepared / "docs" / "a.tok.json").read_text())
+    assert record["bos_token_id"] == 1  # the file now carries the configured settings
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"tokenizer": "t.json"}, "needs bos_token_id or eos_token_id"),
+        ({"eos_token_id": 0}, "only apply with a tokenizer"),
+        ({"tokenizer": "t.json", "eos_token_id": 0, "format": "npy"}, 'only format = "jsonl"'),
+        ({"tokenizer": "t.json", "eos_token_id": -1}, "eos_token_id"),
+    ],
+)
+def test_tokenizer_options_are_checked(extra: dict[str, Any], message: str) -> None:
+    from streamload.errors import ConfigError
+
+    kwargs: dict[str, Any] = {"name": "s", "path": "x.jsonl", "format": "jsonl", **extra}
+    with pytest.raises(ConfigError, match=message):
+        SourceConfig(**kwargs)

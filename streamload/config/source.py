@@ -71,6 +71,12 @@ class SourceConfig:
         max_epochs: End the stream before this source would start epoch ``max_epochs``.
         storage_options: Passed to fsspec for remote paths.
         on_error: ``raise`` or ``skip`` when a remote object stays unreadable.
+        tokenizer: ``format = "jsonl"`` only: local ``tokenizer.json`` that tokenizes the
+            documents on the fly; each file is prepared (indexed and measured) at start-up
+            when its record is missing or was made with other settings.
+        bos_token_id: With ``tokenizer``: BOS added when absent.
+        eos_token_id: With ``tokenizer``: EOS added when absent (at least one of the two).
+        text_field: With ``tokenizer``: JSON field holding the text (dotted: nested).
     """
 
     name: str
@@ -82,6 +88,10 @@ class SourceConfig:
     max_epochs: int | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
     on_error: OnError = OnError.RAISE
+    tokenizer: str | None = None
+    bos_token_id: int | None = None
+    eos_token_id: int | None = None
+    text_field: str = "text"
 
     def __post_init__(self) -> None:
         where = f"source {self.name!r}"
@@ -105,6 +115,7 @@ class SourceConfig:
                 f"{where}: storage_options = {self.storage_options!r} must be a table of options"
             )
         object.__setattr__(self, "format", to_enum(ShardFormat, self.format, f"{where}: format"))
+        self._check_tokenizing(where)
         if self.dtype != "auto" and self.dtype not in TOKEN_DTYPES:
             raise ConfigError(
                 f"{where}: dtype = {self.dtype!r} is not 'auto' or one of {', '.join(TOKEN_DTYPES)}"
@@ -114,6 +125,34 @@ class SourceConfig:
                 raise ConfigError(f"{where}: weight = {self.weight!r} must be a number")
             if not self.weight >= 0 or self.weight == float("inf"):
                 raise ConfigError(f"{where}: weight = {self.weight} must be finite and >= 0")
+
+    def _check_tokenizing(self, where: str) -> None:
+        for name in ("bos_token_id", "eos_token_id"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), f"{where}: {name}", 0)
+        if not isinstance(self.text_field, str) or not self.text_field:
+            raise ConfigError(f"{where}: text_field = {self.text_field!r} must be a field name")
+        given = [n for n in ("bos_token_id", "eos_token_id") if getattr(self, n) is not None]
+        if self.text_field != "text":
+            given.append("text_field")
+        if self.tokenizer is None:
+            if given:
+                raise ConfigError(
+                    f"{where}: {', '.join(given)} only apply with a tokenizer "
+                    '(format = "jsonl", tokenizer = "tokenizer.json")'
+                )
+            return
+        if not isinstance(self.tokenizer, str) or not self.tokenizer:
+            raise ConfigError(f"{where}: tokenizer = {self.tokenizer!r} must be a file path")
+        if self.format is not ShardFormat.JSONL:
+            raise ConfigError(
+                f"{where}: tokenizer is set but format = {self.format.value!r}; "
+                'only format = "jsonl" sources are tokenized'
+            )
+        if self.bos_token_id is None and self.eos_token_id is None:
+            raise ConfigError(
+                f"{where}: a jsonl source with a tokenizer needs bos_token_id or eos_token_id"
+            )
 
     @property
     def paths(self) -> tuple[str, ...]:

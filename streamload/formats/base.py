@@ -34,6 +34,7 @@ __all__ = [
     "ShardFormatSpec",
     "ShardInfo",
     "TokenShard",
+    "TokenizerSpec",
     "check_size_unchanged",
     "check_token_dtype",
     "local_path",
@@ -57,6 +58,23 @@ class ListedFile:
 
 
 @dataclass(frozen=True)
+class TokenizerSpec:
+    """How a ``format = "jsonl"`` source tokenizes its documents.
+
+    Args:
+        path: Local ``tokenizer.json`` (HuggingFace ``tokenizers``).
+        bos_token_id: Prepended when the encoding does not start with it.
+        eos_token_id: Appended when the encoding does not end with it.
+        text_field: JSON field of the text (dotted for nested fields).
+    """
+
+    path: str
+    bos_token_id: int | None
+    eos_token_id: int | None
+    text_field: str = "text"
+
+
+@dataclass(frozen=True)
 class ReadOptions:
     """What the config says about a source's files.
 
@@ -64,11 +82,14 @@ class ReadOptions:
         dtype: Configured token dtype or ``"auto"``.
         meta_dtype: dtype declared by a tatm ``metadata.yaml`` beside the file, if any.
         vocab_size: Configured vocabulary size (formats may use it to pick a width).
+        tokenizer: For JSONL sources: the configured tokenizing (``None``: a prepared file's
+            own record decides).
     """
 
     dtype: str = "auto"
     meta_dtype: str | None = None
     vocab_size: int | None = None
+    tokenizer: TokenizerSpec | None = None
 
 
 @dataclass(frozen=True)

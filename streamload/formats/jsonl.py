@@ -18,8 +18,9 @@ again, never a silent shift of the sample stream. Reading tokens ``[a, b)`` enco
 documents overlapping the range (a small per-shard cache keeps the last ones, as windows
 are read in runs) and checks each length against the record.
 
-The record names the tokenizer because the reader's ``describe`` sees only files; the
-source config needs no tokenizer option (docs/design.md, "Raw JSONL sources").
+A source may instead name its tokenizing in the config (``tokenizer``, ``bos_token_id``,
+``eos_token_id``, ``text_field``): then ``describe`` prepares each file whose record is
+missing, stale, or made with other settings, and the configured tokenizer is the one used.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from streamload.errors import FormatError
 from streamload.formats._atomic import atomic_output
-from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, local_path
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec, local_path
 from streamload.formats.jsonl_index import (
     JsonlDocuments,
     create_raw_index,
@@ -135,6 +136,35 @@ def _read_record(path: str, file: ListedFile) -> dict[str, Any]:
     return record
 
 
+def _prepare_if_stale(path: str, file: ListedFile, spec: TokenizerSpec) -> None:
+    """Prepare ``path`` unless its record was made for this file and exactly this tokenizing.
+
+    Every rank may run this at once: the index and record are written to temp names and
+    renamed, and equal inputs give equal bytes.
+    """
+    from streamload.tokenize.markers import file_sha256
+
+    try:
+        record = _read_record(path, file)
+    except FormatError:
+        record = None
+    wanted = {
+        "tokenizer_sha256": file_sha256(spec.path),
+        "bos_token_id": spec.bos_token_id,
+        "eos_token_id": spec.eos_token_id,
+        "text_field": spec.text_field,
+    }
+    if record is not None and all(record.get(k) == v for k, v in wanted.items()):
+        return
+    prepare_jsonl(
+        path,
+        spec.path,
+        bos_token_id=spec.bos_token_id,
+        eos_token_id=spec.eos_token_id,
+        text_field=spec.text_field,
+    )
+
+
 class JsonlFormat:
     """``.jsonl`` files with a ``.tok.json`` record beside them."""
 
@@ -148,6 +178,8 @@ class JsonlFormat:
         path = local_path(file.path)
         if path is None:
             raise FormatError(f"{file.path}: jsonl sources are read from local files only")
+        if options.tokenizer is not None:
+            _prepare_if_stale(path, file, options.tokenizer)
         record = _read_record(path, file)
         index = str(Path(path).parent / record["index"])
         lengths = np.asarray(record["lengths"], dtype=np.int64)
