@@ -82,11 +82,16 @@ def throughput_rows(args: argparse.Namespace, server: S3Server, work: Path) -> l
         time_loader(local_cfg, args.batch_size, args.batches, args.workers)
         for _ in range(args.repeats - 1)
     ]
-    rows.append({"case": "local", "latency": 0, "prefetch": "-", "mtok": median(local) / 1e6})
+    rows.append(
+        {"case": "local", "latency": 0, "prefetch": "-", "whole": "-", "mtok": median(local) / 1e6}
+    )
+    # (prefetch batches, whole_shard_size): exact windows with and without prefetch, then
+    # whole shards fetched into the cache in one request each (small-shard corpora).
+    variants = [(args.prefetch_batches, 0), (0, 0), (args.prefetch_batches, 1 << 40)]
     for latency in (0.0, args.latency):
         plan = FaultPlan(latency=latency)
         with FaultProxy(server.endpoint, plan) as proxy:
-            for prefetch in (args.prefetch_batches, 0):
+            for prefetch, whole in variants:
                 cold, warm = [], []
                 for _ in range(args.repeats):
                     cache = tempfile.mkdtemp(dir=work)
@@ -103,6 +108,7 @@ def throughput_rows(args: argparse.Namespace, server: S3Server, work: Path) -> l
                             "cache_dir": cache,
                             "prefetch_batches": prefetch,
                             "max_concurrency": args.max_concurrency,
+                            "whole_shard_size": whole,
                         },
                     }
                     cold.append(time_loader(config, args.batch_size, args.batches, args.workers))
@@ -113,6 +119,7 @@ def throughput_rows(args: argparse.Namespace, server: S3Server, work: Path) -> l
                             "case": name,
                             "latency": latency * 1000,
                             "prefetch": prefetch,
+                            "whole": "yes" if whole else "no",
                             "mtok": median(values) / 1e6,
                         }
                     )
@@ -197,6 +204,7 @@ def main() -> None:
                 ("case", "case", ""),
                 ("latency", "added latency ms", ".0f"),
                 ("prefetch", "prefetch batches", ""),
+                ("whole", "whole shards", ""),
                 ("mtok", "M input tokens/s", ".2f"),
                 ("ratio", "ratio to local", ".3f"),
             ],
@@ -206,7 +214,8 @@ def main() -> None:
                 f"thread workers; {args.batches} timed batches after 1 warm-up; median of "
                 f"{args.repeats}.",
                 "cold = empty cache folder (every window fetched as an exact byte range); "
-                "warm = the same cache folder read again (disk cache hits).",
+                "warm = the same cache folder read again (disk cache hits); whole shards = "
+                "storage.whole_shard_size above the shard size (one request per shard).",
             ],
             machine,
         )
