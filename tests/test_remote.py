@@ -274,3 +274,30 @@ def test_process_workers_read_remotely(
     with build_loader(config, batch_size=4, num_workers=2, options=options) as loader:
         remote = list(loader)
     assert_batches_equal(batches(corpus.config(seq_len=16)), remote, "process workers")
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_whole_small_shards_are_mapped_from_the_cache(
+    make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """``whole_shard_size``: one request per shard, then slices of a memory map, as local."""
+    from streamload.config import load_config
+    from streamload.formats.base import token_array
+    from streamload.stream import SampleStream
+
+    corpus = make_corpus([700, 300, 900])
+    url = upload(corpus.folder)
+    config = remote_config(
+        corpus, url, s3.storage_options(), tmp_path / "cache", whole_shard_size=1 << 20
+    )
+    with build_loader(config, batch_size=4, num_workers=2) as loader:
+        remote = list(loader)
+        stats = loader.stats()["storage"]["web"]
+    assert_batches_equal(batches(corpus.config(seq_len=16)), remote, "whole shards vs local")
+    assert stats["fetched_blocks"] == 3  # one piece per shard
+    info = SampleStream.from_config(load_config(config)).sources[0].catalog.shards[0]
+    local = SampleStream.from_config(load_config(corpus.config(seq_len=16)))
+    tokens = token_array(info)
+    assert isinstance(tokens, np.ndarray) and isinstance(tokens.base, np.memmap)
+    assert np.array_equal(tokens, token_array(local.sources[0].catalog.shards[0]))

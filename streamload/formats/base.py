@@ -15,6 +15,7 @@ A :class:`ShardInfo` holds no open file, so it pickles cheaply into worker proce
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -246,16 +247,26 @@ def token_array(info: ShardInfo, *, plain: bool = True) -> Any:
         FormatError: the local file is missing or resized since start-up.
     """
     dtype = np.dtype(info.dtype)
-    if info.is_remote:
-        from streamload.remote.array import RemoteTokens
-        from streamload.remote.store import RemoteObject
-
-        obj = RemoteObject(info.path, info.size, info.version)
-        return RemoteTokens(info.storage.store(), obj, dtype, info.offset, info.num_tokens)
-    local = check_size_unchanged(info.path, info.size)
     if info.num_tokens == 0:
         return np.empty(0, dtype=dtype)
-    mapped = np.memmap(local, dtype=dtype, mode="r", offset=info.offset, shape=(info.num_tokens,))
+    if not info.is_remote:
+        local = check_size_unchanged(info.path, info.size)
+        return _map(local, dtype, info, plain)
+    from streamload.remote.array import RemoteTokens
+    from streamload.remote.store import RemoteObject
+
+    store = info.storage.store()
+    obj = RemoteObject(info.path, info.size, info.version)
+    # A small file (storage.whole_shard_size) is cached whole and mapped like a local one.
+    whole = store.whole_file(obj)
+    if whole is not None:
+        with contextlib.suppress(FileNotFoundError):  # evicted just now: read by range
+            return _map(whole, dtype, info, plain)
+    return RemoteTokens(store, obj, dtype, info.offset, info.num_tokens)
+
+
+def _map(path: str, dtype: np.dtype, info: ShardInfo, plain: bool) -> Any:
+    mapped = np.memmap(path, dtype=dtype, mode="r", offset=info.offset, shape=(info.num_tokens,))
     return mapped.view(np.ndarray) if plain else mapped
 
 

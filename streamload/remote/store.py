@@ -344,6 +344,30 @@ class RemoteStore:
         return False
 
     # -- whole small files -----------------------------------------------------------------
+    def whole_file(self, obj: RemoteObject) -> str | None:
+        """The disk-cache file holding all of ``obj`` (fetched now if needed), to be memory
+        mapped like a local shard; ``None`` when the object is over ``whole_shard_size`` or
+        there is no disk cache (then windows are read by range).
+
+        A mapped file that eviction deletes stays readable (POSIX keeps the inode until
+        unmapped); its disk space comes back when the shard is closed.
+
+        Raises:
+            RemoteReadError: the object stayed unreadable; RemoteStallError: it stalled.
+        """
+        if self.disk is None or obj.size == 0 or obj.size > self.config.whole_shard_size:
+            return None
+        path = self.disk.path(obj.key(0, obj.size))
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path) == obj.size:
+                os.utime(path)  # most recently used
+                return path
+        self.read(obj, 0, obj.size)  # fetched (with retries) and written to the disk cache
+        with contextlib.suppress(OSError):
+            if os.path.getsize(path) == obj.size:
+                return path
+        return None  # the cache could not keep it (full, read-only): read by range
+
     def local_copy(self, url: str, expected_size: int) -> str:
         """A local copy of a small companion file (index, CSV), cached under its content key.
 
