@@ -26,6 +26,7 @@ import pytest
 from streamload.cli.main import main
 
 GOLDEN = Path(__file__).parent / "golden" / "tokenize"
+MODALITIES_PATH = os.environ.get("MODALITIES_PATH", "/tmp/modal_env")
 INPUTS = ("docs.jsonl", "more.jsonl.gz")
 CASES = {"eos": ["--eos-token-id", "0"], "bos_eos": ["--bos-token-id", "1", "--eos-token-id", "0"]}
 DOLMA_PYTHON = os.environ.get("DOLMA_PYTHON", "/tmp/dolmavenv/bin/python")
@@ -99,6 +100,39 @@ def test_megatron_output_equals_indexed_dataset_builder_byte_for_byte(work: Path
     for suffix in (".bin", ".idx"):
         golden = (GOLDEN / "megatron_eos" / f"docs_text_document{suffix}").read_bytes()
         assert (work / f"merged{suffix}").read_bytes() == golden
+
+
+def test_modalities_output_equals_pack_encoded_data_byte_for_byte(work: Path) -> None:
+    """Golden from Modalities 0.5.0's ``PackedDataGenerator`` (``make_modalities_goldens.py``)
+    over the lines both tools tokenize alike (no surrounding whitespace, not empty)."""
+    shutil.copy(GOLDEN / "modalities_docs.jsonl", work / "modalities_docs.jsonl")
+    args = ["tokenize", "--documents", "modalities_docs.jsonl", "--destination", "md",
+            "--tokenizer", "tokenizer.json", "--eos-token-id", "0", "--format", "modalities",
+            "--ring-size", "1", "--batch-size", "1", "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    golden = (GOLDEN / "modalities_eos" / "docs.pbin").read_bytes()
+    assert (work / "md" / "part-0-00000.pbin").read_bytes() == golden
+
+
+def _modalities_available() -> bool:
+    probe = subprocess.run(
+        ["python3", "-c", "import modalities.dataloader.create_packed_data"],
+        capture_output=True, check=False, env={**os.environ, "PYTHONPATH": MODALITIES_PATH},
+    )  # fmt: skip
+    return probe.returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _modalities_available(), reason="modalities 0.5.0 not installed aside")
+def test_live_pack_encoded_data_agrees(work: Path) -> None:
+    """Rerun Modalities now (installed aside, never in the venv) and compare with the golden."""
+    script = Path(__file__).parent / "golden" / "make_modalities_goldens.py"
+    subprocess.run(
+        ["python3", str(script), str(work / "live")], check=True, capture_output=True,
+        timeout=300, env={**os.environ, "PYTHONPATH": MODALITIES_PATH},
+    )  # fmt: skip
+    for name in ("modalities_docs.jsonl", "modalities_eos/docs.pbin"):
+        assert (work / "live" / name).read_bytes() == (GOLDEN / name).read_bytes(), name
 
 
 def _dolma_available() -> bool:

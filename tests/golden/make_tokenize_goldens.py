@@ -8,8 +8,8 @@
 3. Feeds the dolma documents, in input order, to megatron-core 0.16.1
    ``IndexedDatasetBuilder`` (uint16) and keeps ``.bin`` + ``.idx``.
 
-Modalities' ``pack_encoded_data`` is not run: it needs its HF tokenizer wrapper (transformers
-and a torch build); its container is checked by ``tests/test_format_modalities.py``.
+Modalities' ``pack_encoded_data`` runs in its own script, ``make_modalities_goldens.py`` (it
+needs transformers and more, installed aside).
 
 Run from the repository root::
 
