@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 import os
 import shutil
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _masks import assert_masks_follow_documents
+from _shards import documents, is_mapped
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,18 +26,6 @@ DOCS = [[7, 8, 9, 0], [12, 13, 0], [22, 23, 24, 25, 26, 0], [32, 0]]
 
 def describe(path: Path | str, **kw: str) -> SourceCatalog:
     return describe_source(SourceConfig(name="d", path=str(path), **kw))
-
-
-def documents(shard: DatatroveShard) -> list[list[int]]:
-    b = shard.document_bounds()
-    return [shard.tokens(int(b[i]), int(b[i + 1])).tolist() for i in range(len(b) - 1)]
-
-
-def is_mapped(view: np.ndarray) -> bool:
-    base = view
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    return isinstance(base, mmap.mmap)
 
 
 def fixture_copy(folder: Path, *suffixes: str) -> Path:

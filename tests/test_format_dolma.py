@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gzip
-import mmap
 import os
 import shutil
 import struct
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _masks import assert_masks_follow_documents
+from _shards import documents, is_mapped
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,19 +29,6 @@ ROWS = [("d2", "docs/a.jsonl.gz", 2), ("d4", "docs/a.jsonl.gz", 4), ("d1", "docs
 
 def describe(path: Path | str, vocab_size: int | None = None, **kw: str) -> SourceCatalog:
     return describe_source(SourceConfig(name="d", path=str(path), **kw), vocab_size)
-
-
-def documents(shard: DolmaShard) -> list[list[int]]:
-    b = shard.document_bounds()
-    return [shard.tokens(int(b[i]), int(b[i + 1])).tolist() for i in range(len(b) - 1)]
-
-
-def is_mapped(view: np.ndarray) -> bool:
-    """Whether ``view`` is a zero-copy view of a memory-mapped file."""
-    base = view
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    return isinstance(base, mmap.mmap)
 
 
 def fixture_copy(tmp_path: Path) -> Path:

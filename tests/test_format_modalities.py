@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import mmap
 import os
 import pickle
 import shutil
@@ -13,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _masks import assert_masks_follow_documents
+from _shards import documents, is_mapped
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -20,7 +20,6 @@ from streamload.catalog import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats.base import TokenShard
 from streamload.formats.modalities import (
     ModalitiesWriter,
     merge_pbin,
@@ -35,19 +34,6 @@ MERGE_WARNING = r"merged\.pbin: .*merge_packed_data defect .*repaired"
 
 def describe(path: Path | str, **kw: str) -> SourceCatalog:
     return describe_source(SourceConfig(name="m", path=str(path), **kw))
-
-
-def documents(shard: TokenShard) -> list[list[int]]:
-    b = shard.document_bounds()
-    assert b is not None and b.dtype == np.int64
-    return [shard.tokens(int(b[i]), int(b[i + 1])).tolist() for i in range(len(b) - 1)]
-
-
-def is_mapped(view: np.ndarray) -> bool:
-    base = view
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    return isinstance(base, mmap.mmap)
 
 
 def copy(folder: Path, name: str = "docs.pbin") -> Path:
