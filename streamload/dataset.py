@@ -29,9 +29,8 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from streamload.errors import StateError
-from streamload.nodes.pack_masks import MaskPacker
+from streamload.nodes.materialize import Materialize
 from streamload.nodes.plan_chunks import RankSpec
-from streamload.nodes.read_windows import WindowReader
 from streamload.state import check_fingerprint
 from streamload.stream import SampleStream, StreamCursor
 
@@ -58,9 +57,7 @@ class StreamDataset(IterableDataset[Batch]):
     def __init__(self, stream: SampleStream, rank: RankSpec) -> None:
         self.stream = stream
         self.rank = rank
-        cfg = stream.config
-        self._reader = WindowReader(stream, documents=cfg.packing.masks)
-        self._packer = MaskPacker(cfg.packing.masks, cfg.eos_token_id, cfg.packing.flags)
+        self._materialize = Materialize(stream)
         self._cursor = stream.start()
         self._batch: int | None = None  # None: not started; the first iter starts at the worker id
         self._resume = False
@@ -82,7 +79,7 @@ class StreamDataset(IterableDataset[Batch]):
             )
             if planned is None:
                 return
-            batch = self._packer(self._reader(planned[0]))
+            batch = self._materialize(planned[0])
             self._cursor = self.stream.advance(self._cursor, workers, spec.global_batch)
             self._batch = (self._batch or 0) + workers
             yield {key: value[0] for key, value in batch.items()}

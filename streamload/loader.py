@@ -24,11 +24,9 @@ from streamload.distributed import resolve_data_parallel
 from streamload.errors import ConfigError
 from streamload.nodes._map import MapStage
 from streamload.nodes.map_workers import MapWorkers
-from streamload.nodes.pack_masks import MaskPacker
+from streamload.nodes.materialize import Materialize
 from streamload.nodes.plan_chunks import PlanChunks, RankSpec
-from streamload.nodes.read_windows import WindowReader, mask_skipped
 from streamload.nodes.split_batches import SplitBatches
-from streamload.nodes.types import ChunkPlan
 from streamload.state import check_fingerprint, cursor_from_state, make_state, read_state
 from streamload.stream import SampleStream
 
@@ -83,18 +81,6 @@ class LoaderOptions:
             raise ConfigError(f"chunk_batches = {self.chunk_batches} must be >= 1")
 
 
-class _Materialize:
-    """Picklable ``ChunkPlan → chunk dict``: read windows, then build inputs/labels/masks."""
-
-    def __init__(self, reader: WindowReader, packer: MaskPacker) -> None:
-        self.reader = reader
-        self.packer = packer
-
-    def __call__(self, plan: ChunkPlan) -> Batch:
-        chunk = self.reader(plan)
-        return mask_skipped(self.packer(chunk), chunk)  # on_error = "skip" rows: no loss
-
-
 class StreamLoader:
     """Iterates this rank's batches; its state resumes exactly, on any world size or workers.
 
@@ -115,14 +101,7 @@ class StreamLoader:
         num_workers: int = 0,
         options: LoaderOptions | None = None,
     ) -> None:
-        if num_workers < 0:
-            raise ConfigError(f"num_workers = {num_workers} must be >= 0")
-        expected = stream.config.global_batch_size
-        if expected is not None and expected != rank.global_batch:
-            raise ConfigError(
-                f"global_batch_size = {expected} in the config, but world_size {rank.world_size}"
-                f" x batch_size {rank.batch_size} = {rank.global_batch}"
-            )
+        _check_args(stream.config, rank, num_workers)
         self.stream = stream
         self.rank = rank
         self.num_workers = num_workers
@@ -133,6 +112,8 @@ class StreamLoader:
         self._ended_by: str | None = None
         self._chain: BaseNode[Batch] | None = None
         self._planner: PlanChunks | None = None
+        # Only a source policy can end a stream early; others need no end-of-stream look-ahead.
+        self._limited = any(source.limit is not None for source in stream.sources)
         length = stream.pass_length
         dropped = 0 if length is None else length % rank.global_batch
         if dropped and rank.rank == 0:
@@ -181,7 +162,7 @@ class StreamLoader:
             except StopIteration:
                 break
             self._wait += time.perf_counter() - started
-            if chain is not self._chain:  # superseded by a newer iter() or a restore
+            if not self._is_current(chain):  # superseded while this batch was made
                 return
             self._cursor = self.stream.advance(self._cursor, 1, self.rank.global_batch)
             self._delivered += 1
@@ -198,10 +179,10 @@ class StreamLoader:
         with workers runs ahead of delivery (``stream.ended_by`` alone is set too early); a
         lazy one (no workers) meets the end only when asked for the next chunk."""
         planner = self._planner
-        caught_up = planner is not None and planner.get_state() == self._cursor.to_state()
-        limited = any(source.limit is not None for source in self.stream.sources)
-        if not self.stream.ended_by and not (caught_up and limited):
-            return  # at most one look-ahead per chunk, and only if a policy can end it
+        if not self._limited or planner is None:
+            return
+        if planner.get_state() != self._cursor.to_state():
+            return  # the end lies at or after the planner's cursor: one look-ahead per chunk
         spec = self.rank
         planned = self.stream.plan_chunk(
             self._cursor, 1, spec.global_batch, spec.world_size, spec.rank
@@ -210,6 +191,8 @@ class StreamLoader:
             self._ended_by = self.stream.ended_by
 
     def _is_current(self, chain: BaseNode[Batch]) -> bool:
+        # A method, not an inline ``is`` test: mypy would narrow ``chain`` to ``_chain``'s
+        # optional type after an inline test.
         return chain is self._chain
 
     def state_dict(self) -> dict[str, Any]:
@@ -286,13 +269,9 @@ class StreamLoader:
         return max(1, min(MAX_CHUNK_BATCHES, CHUNK_BYTES // self._batch_bytes()))
 
     def _build_chain(self) -> BaseNode[Batch]:
-        cfg = self.stream.config
         plan = PlanChunks(self.stream, self.rank, self._chunk_batches(), self._cursor)
         self._planner = plan
-        work = _Materialize(
-            WindowReader(self.stream, documents=cfg.packing.masks),
-            MaskPacker(cfg.packing.masks, cfg.eos_token_id, cfg.packing.flags),
-        )
+        work = Materialize(self.stream)
         node: BaseNode[Any]
         if self.num_workers == 0:
             node = MapStage(plan, work)
@@ -318,18 +297,25 @@ class StreamLoader:
             _shutdown(chain)
 
 
+def _check_args(config: DataConfig, rank: RankSpec, num_workers: int) -> None:
+    if num_workers < 0:
+        raise ConfigError(f"num_workers = {num_workers} must be >= 0")
+    expected = config.global_batch_size
+    if expected is not None and expected != rank.global_batch:
+        raise ConfigError(
+            f"global_batch_size = {expected} in the config, but world_size {rank.world_size}"
+            f" x batch_size {rank.batch_size} = {rank.global_batch}"
+        )
+
+
 def _storage_stats(stream: SampleStream) -> dict[str, Any]:
     """Per remote source: this process's request, retry, fault and cache counters, and the
     shards and samples skipped under ``on_error = "skip"`` (docs/remote.md)."""
     out: dict[str, Any] = {}
     for source in stream.sources:
-        counters = source.shards.storage_stats()
-        if counters is None:
-            continue
-        skipped = dict(source.catalog.skipped)
-        counters["skipped_shards"] = len(skipped)
-        counters["skipped"] = {**skipped, **counters["skipped"]}
-        out[source.name] = counters
+        counters = source.shards.storage_stats()  # skipped shards included (catalog.py)
+        if counters is not None:
+            out[source.name] = counters
     return out
 
 
@@ -376,12 +362,6 @@ def build_loader(
     cfg = load_config(config)
     r, w = resolve_data_parallel(rank, world_size, mesh)
     spec = RankSpec(r, w, batch_size)
-    if num_workers < 0:
-        raise ConfigError(f"num_workers = {num_workers} must be >= 0")
-    if cfg.global_batch_size is not None and cfg.global_batch_size != spec.global_batch:
-        raise ConfigError(  # before any listing or header read
-            f"global_batch_size = {cfg.global_batch_size} in the config, but world_size {w}"
-            f" x batch_size {batch_size} = {spec.global_batch}"
-        )
+    _check_args(cfg, spec, num_workers)  # before any listing or header read
     stream = SampleStream.from_config(cfg)
     return StreamLoader(stream, spec, num_workers, options)

@@ -71,5 +71,11 @@ class PackMasks(MapStage[TokenChunk, dict[str, torch.Tensor]]):
         The source's state (this stage holds nothing).
     """
 
-    def __init__(self, source: BaseNode[TokenChunk], masks: bool, eos_token_id: int | None) -> None:
-        super().__init__(source, MaskPacker(masks, eos_token_id))
+    def __init__(
+        self,
+        source: BaseNode[TokenChunk],
+        masks: bool,
+        eos_token_id: int | None,
+        flags: tuple[bool, bool, bool] = (True, True, True),
+    ) -> None:
+        super().__init__(source, MaskPacker(masks, eos_token_id, flags))
