@@ -234,14 +234,13 @@ def check_size_unchanged(path: str, expected: int, storage: Any = None) -> str:
     return local
 
 
-def token_array(info: ShardInfo, *, plain: bool = True) -> Any:
+def token_array(info: ShardInfo) -> Any:
     """The shard's tokens as a 1-D array sliced without copying the file.
 
-    Local files: a read-only ``numpy.memmap``, by default as a plain ndarray view (``plain``:
-    slicing it is ~3x cheaper than slicing the ``np.memmap`` subclass; the view keeps the map
-    alive). Remote
-    files: a :class:`~streamload.remote.RemoteTokens` whose slices are byte-range reads through
-    the block cache.
+    Local files (and small remote ones cached whole): a read-only ``numpy.memmap`` as a plain
+    ndarray view (slicing it is ~3x cheaper than slicing the ``np.memmap`` subclass; the view
+    keeps the map alive). Other remote files: a :class:`~streamload.remote.RemoteTokens`
+    whose slices are byte-range reads through the block cache.
 
     Raises:
         FormatError: the local file is missing or resized since start-up.
@@ -251,7 +250,7 @@ def token_array(info: ShardInfo, *, plain: bool = True) -> Any:
         return np.empty(0, dtype=dtype)
     if not info.is_remote:
         local = check_size_unchanged(info.path, info.size)
-        return _map(local, dtype, info, plain)
+        return _map(local, dtype, info)
     from streamload.remote.array import RemoteTokens
     from streamload.remote.store import RemoteObject
 
@@ -261,13 +260,13 @@ def token_array(info: ShardInfo, *, plain: bool = True) -> Any:
     whole = store.whole_file(obj)
     if whole is not None:
         with contextlib.suppress(FileNotFoundError):  # evicted just now: read by range
-            return _map(whole, dtype, info, plain)
+            return _map(whole, dtype, info)
     return RemoteTokens(store, obj, dtype, info.offset, info.num_tokens)
 
 
-def _map(path: str, dtype: np.dtype, info: ShardInfo, plain: bool) -> Any:
+def _map(path: str, dtype: np.dtype, info: ShardInfo) -> np.ndarray:
     mapped = np.memmap(path, dtype=dtype, mode="r", offset=info.offset, shape=(info.num_tokens,))
-    return mapped.view(np.ndarray) if plain else mapped
+    return mapped.view(np.ndarray)  # slicing a plain view is ~3x cheaper than a np.memmap
 
 
 def open_token_file(info: ShardInfo) -> BinaryIO:

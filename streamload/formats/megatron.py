@@ -67,7 +67,7 @@ class MegatronShard:
         self.info = info
         if info.index_path is None or "index_size" not in info.meta:
             raise FormatError(f"{info.path}: shard was not described by the megatron format")
-        self._tokens = token_array(info, plain=False)  # a memmap, or range reads when remote
+        self._tokens = token_array(info)  # a mapped view, or range reads when remote
         self._idx_local = check_size_unchanged(
             info.index_path, info.meta["index_size"], info.storage
         )

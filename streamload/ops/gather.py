@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -76,7 +77,9 @@ class ShardSet:
     def __init__(self, shards: tuple[ShardInfo, ...], storage: StorageConfig | None = None) -> None:
         self.shards = tuple(_with_storage(s, storage) for s in shards)
         self.remote = any(s.is_remote for s in self.shards)
-        self.planned_ahead = False  # a Lookahead in this process prefetches every chunk
+        # pid of the process whose Lookahead prefetches every chunk (a forked worker inherits
+        # the value without the Lookahead, so it compares pids; pickling resets it)
+        self.planned_ahead: int | None = None
         counts = np.array([s.num_tokens for s in shards], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.dtype = _common_dtype(shards)
@@ -87,7 +90,7 @@ class ShardSet:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_open"] = OrderedDict()
-        state["planned_ahead"] = False  # another process: its reads start their own fetches
+        state["planned_ahead"] = None  # another process: its reads start their own fetches
         del state["_lock"], state["_skipped"]
         return state
 
@@ -144,13 +147,17 @@ class ShardSet:
         """The opened shard ``index`` (opened on first use in this process; thread-safe)."""
         with self._lock:  # thread workers share the cache; eviction races get/move_to_end
             opened = self._open.get(index)
-            if opened is None:
-                opened = open_shard(self.shards[index])
-                self._open[index] = opened
-                if len(self._open) > MAX_OPEN_SHARDS:
-                    self._open.popitem(last=False)
-            else:
+            if opened is not None:
                 self._open.move_to_end(index)
+                return opened
+        # Opened outside the lock (a remote open may fetch an index): a thread racing us
+        # opens it too, and the first one stored wins.
+        fresh = open_shard(self.shards[index])
+        with self._lock:
+            opened = self._open.setdefault(index, fresh)
+            self._open.move_to_end(index)
+            if len(self._open) > MAX_OPEN_SHARDS:
+                self._open.popitem(last=False)
             return opened
 
     def locate(self, stream_offset: int) -> tuple[int, int]:
@@ -169,18 +176,21 @@ class ShardSet:
             ``out``.
         """
         length = out.shape[1]
-        if self.remote and not self.planned_ahead:
+        if self.remote and self.planned_ahead != os.getpid():
             self.prefetch(starts, length)  # the chunk's windows arrive concurrently
         shard_ids = np.searchsorted(self.offsets, starts, side="right") - 1
         local = starts - self.offsets[shard_ids]
         ends = self.offsets[shard_ids + 1] - self.offsets[shard_ids]
         inside = (local + length <= ends).tolist()
-        for row, (sid, loc, fits) in enumerate(
-            zip(shard_ids.tolist(), local.tolist(), inside, strict=True)
-        ):
+        ids = shard_ids.tolist()
+        opened: dict[int, TokenShard] = {}  # one locked cache lookup per shard and chunk
+        for row, (sid, loc, fits) in enumerate(zip(ids, local.tolist(), inside, strict=True)):
             try:
                 if fits:
-                    out[row] = self.shard(sid).tokens(loc, loc + length)
+                    shard = opened.get(sid)
+                    if shard is None:
+                        shard = opened[sid] = self.shard(sid)
+                    out[row] = shard.tokens(loc, loc + length)
                 else:
                     self._stitch(sid, loc, out[row])
             except RemoteReadError as exc:

@@ -13,6 +13,7 @@ the planner, and fetched pieces live in the bounded memory LRU and the bounded d
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -72,7 +73,7 @@ class Lookahead:
         self.batches = max(batches, chunk_batches) if remote else 0
         if self.batches:  # the lookahead covers every chunk: readers need not start fetches
             for source in stream.sources:
-                source.shards.planned_ahead = True
+                source.shards.planned_ahead = os.getpid()
         self.global_batch = global_batch
         self.world_size = world_size
         self.rank = rank
