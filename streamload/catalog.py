@@ -57,12 +57,12 @@ class SourceCatalog:
 
     def fingerprint(self) -> str:
         """sha256 over (relative path, bytes, tokens, dtype) of every shard, in order, and
-        for shards tokenized on the fly (jsonl) the tokenizer's sha256 and BOS/EOS/field."""
+        for shards tokenized on the fly (jsonl) the sha256 of file and tokenizer, BOS/EOS, field."""
         digest = hashlib.sha256()
         for s in self.shards:
             digest.update(f"{s.relpath}\0{s.size}\0{s.num_tokens}\0{s.dtype}\n".encode())
             if "tokenizer_sha256" in s.meta:
-                keys = ("tokenizer_sha256", "bos", "eos", "text_field")
+                keys = ("tokenizer_sha256", "bos", "eos", "text_field", "jsonl_sha256")
                 digest.update(("\0".join(str(s.meta.get(k)) for k in keys) + "\n").encode())
         return digest.hexdigest()
 

@@ -167,3 +167,14 @@ def test_tokenizer_options_are_checked(extra: dict[str, Any], message: str) -> N
     kwargs: dict[str, Any] = {"name": "s", "path": "x.jsonl", "format": "jsonl", **extra}
     with pytest.raises(ConfigError, match=message):
         SourceConfig(**kwargs)
+
+
+def test_an_edit_that_keeps_the_size_is_refused(prepared: Path) -> None:
+    path = prepared / "docs" / "a.jsonl"
+    source = SourceConfig(name="s", path=str(path), format="jsonl")
+    describe_source(source)  # as prepared
+    data = path.read_bytes()
+    at = data.index(b'"text": "') + len(b'"text": "')
+    path.write_bytes(data[:at] + (b"Z" if data[at : at + 1] != b"Z" else b"Y") + data[at + 1 :])
+    with pytest.raises(FormatError, match=r"a\.jsonl: its content \(sha256\) differs"):
+        describe_source(source)

@@ -106,8 +106,9 @@ def config_from_args(args: argparse.Namespace) -> TokenizeConfig:
     return TokenizeConfig.from_dict(_options(args))
 
 
-def _prepare_jsonl(data: dict[str, Any]) -> int:
-    """``--format jsonl``: index and measure each input for a ``format = "jsonl"`` source."""
+def _prepare_jsonl(data: dict[str, Any], dryrun: bool = False) -> int:
+    """``--format jsonl``: index and measure each input for a ``format = "jsonl"`` source
+    (``dryrun``: only name the files it would prepare)."""
     from streamload.formats.jsonl import prepare_jsonl
     from streamload.tokenize.inputs import expand_documents
 
@@ -121,6 +122,9 @@ def _prepare_jsonl(data: dict[str, Any]) -> int:
                 f"{path}: a jsonl source is a local, uncompressed .jsonl file (it is read by "
                 "byte range)"
             )
+        if dryrun:
+            print(f'would prepare {path} for format = "jsonl"')
+            continue
         record = prepare_jsonl(
             path,
             data["tokenizer"],
@@ -170,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
 
     data = _options(args)
     if data.get("format") == "jsonl":
-        return _prepare_jsonl(data)
+        return _prepare_jsonl(data, dryrun=args.dryrun)
     config = TokenizeConfig.from_dict(data)
     plan = plan_run(config, claim=not args.dryrun)
     if args.dryrun:

@@ -12,11 +12,11 @@ token is read, and those depend on the tokenizer. So a JSONL file is *prepared* 
   (stripped text, BOS/EOS added only when absent, as ``streamload tokenize``; a line with
   empty text is a document of 0 tokens).
 
-Describing a shard reads only that record and checks it still matches (JSONL size, index
-length, tokenizer sha256): a changed file or tokenizer is an error that says to prepare it
-again, never a silent shift of the sample stream. Reading tokens ``[a, b)`` encodes just the
-documents overlapping the range (a small per-shard cache keeps the last ones, as windows
-are read in runs) and checks each length against the record.
+Describing a shard reads only that record and checks it still matches (JSONL size, its
+sha256 when its mtime moved, index length, tokenizer sha256): a changed file or tokenizer is
+an error that says to prepare it again, never a silent shift of the sample stream. Reading
+tokens ``[a, b)`` encodes just the documents overlapping the range (a small per-shard cache
+keeps the last ones, as windows are read in runs) and checks each length against the record.
 
 A source may instead name its tokenizing in the config (``tokenizer``, ``bos_token_id``,
 ``eos_token_id``, ``text_field``): then ``describe`` prepares each file whose record is
@@ -89,6 +89,7 @@ def prepare_jsonl(
 
         raise ConfigError("a jsonl source needs bos_token_id or eos_token_id (or both)")
     src = Path(jsonl_path)
+    mtime_ns = os.stat(src).st_mtime_ns  # before reading: a later edit then shows
     # always rebuilt: an index left from before lines were appended would hide them
     index = create_raw_index(src, default_index_path(src))
     docs = JsonlDocuments(src, index, text_key=text_field.split("."))
@@ -108,6 +109,8 @@ def prepare_jsonl(
         "text_field": text_field,
         "vocab_size": encoder.vocab_size,
         "jsonl_size": docs.size,
+        "jsonl_mtime_ns": mtime_ns,
+        "jsonl_sha256": file_sha256(str(src)),
         "index": index.name,
         "lengths": lengths,
     }
@@ -133,6 +136,16 @@ def _read_record(path: str, file: ListedFile) -> dict[str, Any]:
             f"{path}: is {file.size} bytes but was {record.get('jsonl_size')} bytes when "
             f"{rec_path} was written; the file changed: prepare it again"
         )
+    if record.get("jsonl_mtime_ns") != os.stat(path).st_mtime_ns:
+        # touched or copied since: accept it only with the same bytes (an edit that keeps
+        # the size would otherwise shift tokens under the same fingerprint)
+        from streamload.tokenize.markers import file_sha256
+
+        if record.get("jsonl_sha256") != file_sha256(path):
+            raise FormatError(
+                f"{path}: its content (sha256) differs from when {rec_path} was written; "
+                "the file changed: prepare it again"
+            )
     return record
 
 
@@ -201,7 +214,8 @@ class JsonlFormat:
         dtype = np.dtype(auto if options.dtype == "auto" else options.dtype).newbyteorder("<")
         if np.iinfo(dtype).max < vocab - 1:
             raise FormatError(f"{path}: dtype {dtype.name} cannot hold {vocab} token ids")
-        meta = {k: record[k] for k in ("tokenizer", "tokenizer_sha256", "text_field")}
+        keys = ("tokenizer", "tokenizer_sha256", "text_field", "jsonl_sha256")
+        meta = {k: record[k] for k in keys}
         meta.update(bos=record["bos_token_id"], eos=record["eos_token_id"])
         meta.update(num_documents=int(lengths.size), record=str(record_path(path)))
         return ShardInfo(
@@ -262,9 +276,14 @@ class JsonlShard:
             return np.empty(0, dtype=self._dtype)
         first = int(np.searchsorted(self._bounds, start, side="right")) - 1
         last = int(np.searchsorted(self._bounds, stop, side="left"))
-        joined = np.concatenate(self._documents(first, last))
+        docs = self._documents(first, last)
         offset = start - int(self._bounds[first])
-        return joined[offset : offset + stop - start]
+        if len(docs) == 1:
+            return docs[0][offset : offset + stop - start]
+        # only the window's parts of its first and last documents are copied
+        docs[0] = docs[0][offset:]
+        docs[-1] = docs[-1][: stop - int(self._bounds[last - 1])]
+        return np.concatenate(docs)
 
     def document_bounds(self) -> np.ndarray:
         return self._bounds

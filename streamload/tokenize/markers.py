@@ -17,6 +17,8 @@ for data):
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -24,7 +26,7 @@ import shutil
 from typing import Any
 
 from streamload.errors import ConfigError
-from streamload.formats._atomic import atomic_output
+from streamload.formats._atomic import atomic_output, temp_beside
 
 __all__ = ["RunRecord", "file_sha256"]
 
@@ -32,7 +34,14 @@ META_DIR = ".streamload-tokenize"
 
 
 def file_sha256(path: str) -> str:
-    """sha256 of a file's bytes."""
+    """sha256 of a file's bytes (remembered per path, size and mtime: a source names one
+    tokenizer for all its files, and every rank describes them)."""
+    stat = os.stat(path)
+    return _sha256(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -114,11 +123,28 @@ class RunRecord:
                 continue  # a writer's temporary file (none after a clean close)
             src = os.path.join(staging, name)
             files[name] = os.path.getsize(src)
-            shutil.move(src, os.path.join(self.destination, name))
+            _move_atomic(src, os.path.join(self.destination, name))
         shutil.rmtree(staging, ignore_errors=True)
         marker = {**stats, "group": group, "files": files}
         _write_json(self._marker(group), marker)
         return marker
+
+
+def _move_atomic(src: str, dst: str) -> None:
+    """Move ``src`` to ``dst``; across file systems (``--work-dir.output`` elsewhere) copy to a
+    hidden temp name beside ``dst`` first, so ``dst`` is never a partial file."""
+    try:
+        os.replace(src, dst)
+    except OSError:  # EXDEV: another file system
+        tmp = temp_beside(dst)
+        try:
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, dst)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        os.unlink(src)
 
 
 def _short(value: Any) -> str:
