@@ -9,7 +9,8 @@ under identical names, so a race only costs a duplicate build.
 
 Who builds: with ``torch.distributed`` initialized, rank 0 builds and the others wait on a
 barrier; otherwise the first process to create ``{H}...lock`` builds and the others poll for
-the description (up to :data:`WAIT_SECONDS`, then they build themselves).
+the description (up to :data:`WAIT_SECONDS`, then they build themselves). The lock names its
+builder's host and pid: a lock left by a killed builder of this host is taken over at once.
 
 megatron-core's own cache (``{md5}-GPTDataset-{split}-{document,sample,shuffle}_index.npy``
 and ``-description.txt``, FORMATS §2.9) is read when a description matches the dataset's
@@ -22,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -111,22 +113,44 @@ def _build_once(
 ) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     lock = folder / f"{key}-{_PREFIX}.lock"
-    try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        deadline = time.monotonic() + WAIT_SECONDS
-        while time.monotonic() < deadline:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
             if done.exists():
                 return
+            if _stale(lock):  # its builder was killed: nobody will finish it
+                with contextlib.suppress(OSError):
+                    os.unlink(lock)
+                continue
+            if time.monotonic() >= deadline:  # the builder is on another host, or very slow
+                _write(folder, key, description, build())
+                return
             time.sleep(_POLL_SECONDS)
-        _write(folder, key, description, build())  # the builder died or is very slow
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{socket.gethostname()} {os.getpid()}")
+        try:
+            _write(folder, key, description, build())
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
         return
-    os.close(fd)
+
+
+def _stale(lock: Path) -> bool:
+    """Whether ``lock`` was taken by a process of this host that no longer runs."""
     try:
-        _write(folder, key, description, build())
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(lock)
+        host, pid = lock.read_text().split()
+        if host != socket.gethostname():
+            return False
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, ValueError):  # being written, unreadable, or not ours to signal
+        return False
+    return False
 
 
 def _distributed() -> Any:

@@ -36,6 +36,15 @@ class MegatronSource:
         self.catalog = catalog
         self.name = catalog.config.name
         self.shards = ShardSet(catalog.shards)
+        unmapped = [s.path for s in catalog.shards if s.is_remote or s.format == "jsonl"]
+        if unmapped:
+            # A chunk reads each shard over the span its shuffled samples touch, which is
+            # cheap on a memory map only (remote prefetch and on_error are not wired here).
+            raise ConfigError(
+                f"source {self.name!r}: sampling.mode = 'megatron' reads local, memory-mapped "
+                f"shards; {unmapped[0]} is remote or a jsonl file (copy it locally, or "
+                "pre-tokenize it with streamload tokenize)"
+            )
         bounds = [self._bounds(i) for i in range(len(catalog.shards))]
         self.shard_of_sequence = np.repeat(
             np.arange(len(bounds), dtype=np.int32), [b.shape[0] - 1 for b in bounds]

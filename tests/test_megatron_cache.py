@@ -75,6 +75,23 @@ def test_waits_for_another_builder(tmp_path: Path) -> None:
     assert files is not None and set(files) == {"x"}
 
 
+def test_a_lock_left_by_a_killed_builder_is_taken_over(tmp_path: Path) -> None:
+    """A lock naming a dead process of this host does not make others wait WAIT_SECONDS."""
+    import socket
+    import subprocess
+    import sys
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid now names no process (reuse within the test is very unlikely)
+    description = {"case": 2}
+    lock = tmp_path / f"{cache_key(description)}-streamload-megatron.lock"
+    lock.write_text(f"{socket.gethostname()} {dead.pid}")
+    arrays = {"x": np.arange(3)}
+    got, _ = load_or_build(str(tmp_path), description, lambda: arrays)
+    np.testing.assert_array_equal(got["x"], arrays["x"])
+    assert not lock.exists()
+
+
 def _build_later(folder: str, description: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     import time
 
