@@ -46,6 +46,7 @@ class SourceStream:
             num_windows=self.layout.num_windows,
             seed=config.seed,
             shuffle=config.sampling.shuffle,
+            shuffle_block=config.sampling.shuffle_block,
             num_samples=None,
         )
 

@@ -89,6 +89,7 @@ class SampleStream:
             num_windows=first.num_windows,
             seed=config.seed,
             shuffle=config.sampling.shuffle,
+            shuffle_block=config.sampling.shuffle_block,
             num_samples=config.sampling.num_samples,
         )
         self.ended_by: str | None = None
@@ -287,6 +288,8 @@ class SampleStream:
             "sources": [s.name for s in self.sources],
             "data": {s.name: s.catalog.fingerprint() for s in self.sources},
         }
+        if sampling.shuffle_block:  # only when set: states saved before it existed still load
+            out["shuffle_block"] = sampling.shuffle_block
         if self.is_mixture:
             # Phases used by a delivered batch (the last one is step - 1): a phase may still be
             # added at the very step where the state was saved.

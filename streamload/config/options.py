@@ -60,6 +60,9 @@ class SamplingConfig:
     Args:
         mode: Sampling mode.
         shuffle: Permute windows per epoch, keyed by (seed, epoch, source).
+        shuffle_block: Windows per shuffle block: nearby positions read one region of this
+            many consecutive windows (block order and windows inside shuffled;
+            :mod:`streamload.plan.block_shuffle`). 0: one uniform permutation.
         num_samples: Length of one pass; more than one epoch repeats the data, reshuffled per
             epoch. ``None``: one pass is one epoch.
         cross_shard: ``False`` keeps every window inside one shard (KempnerForge/OLMo).
@@ -75,6 +78,7 @@ class SamplingConfig:
 
     mode: SamplingMode = SamplingMode.CONCAT
     shuffle: bool = True
+    shuffle_block: int = 0
     num_samples: int | None = None
     cross_shard: bool = True
     split: str = MEGATRON_DEFAULT_SPLIT
@@ -93,6 +97,12 @@ class SamplingConfig:
                 raise ConfigError(f"sampling.{name} = {getattr(self, name)!r} must be true/false")
         if self.num_samples is not None:
             check_int(self.num_samples, "sampling.num_samples", 1)
+        check_int(self.shuffle_block, "sampling.shuffle_block", 0)
+        if self.shuffle_block and not self.shuffle:
+            raise ConfigError(
+                f"sampling.shuffle_block = {self.shuffle_block} needs shuffle = true (an "
+                "unshuffled stream already reads consecutive windows); remove one of them"
+            )
         if self.mode is SamplingMode.MEGATRON:
             self._check_megatron()
         else:
@@ -103,6 +113,11 @@ class SamplingConfig:
             raise ConfigError(
                 "sampling.num_samples is required with mode = 'megatron' (Megatron's "
                 "train_samples, or eval/test samples for the valid/test split)"
+            )
+        if self.shuffle_block:
+            raise ConfigError(
+                f"sampling.shuffle_block = {self.shuffle_block} has no meaning with mode = "
+                "'megatron' (Megatron's document and sample shuffles decide the order); remove it"
             )
         for name in ("shuffle", "cross_shard"):
             if getattr(self, name) is not True:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamload.plan.block_shuffle import block_shuffle
 from streamload.plan.permutation import KeyedPermutation, derive_key
 
 __all__ = ["PassPlan"]
@@ -29,6 +30,8 @@ class PassPlan:
         seed: Global seed.
         shuffle: Permute windows per epoch.
         num_samples: Pass length, or ``None`` for one epoch per pass.
+        shuffle_block: Windows per shuffle block (:mod:`streamload.plan.block_shuffle`);
+            0, or at least ``num_windows``: one uniform permutation per epoch.
     """
 
     name: str
@@ -36,6 +39,7 @@ class PassPlan:
     seed: int
     shuffle: bool
     num_samples: int | None
+    shuffle_block: int = 0
 
     @property
     def pass_length(self) -> int:
@@ -59,6 +63,17 @@ class PassPlan:
         out = np.empty_like(slots)
         for epoch in np.unique(epochs):
             where = epochs == epoch
-            key = derive_key(seed=self.seed, epoch=int(epoch), stream=self.name)
-            out[where] = KeyedPermutation(self.num_windows, key)(slots[where])
+            out[where] = self._permute(int(epoch), slots[where])
         return out
+
+    def _permute(self, epoch: int, slots: np.ndarray) -> np.ndarray:
+        n, block = self.num_windows, self.shuffle_block
+        if block == 0 or block >= n:
+            key = derive_key(seed=self.seed, epoch=epoch, stream=self.name)
+            return KeyedPermutation(n, key)(slots)
+
+        def part_key(part: str) -> bytes:
+            stream = f"{self.name}/shuffle_block={block}/{part}"
+            return derive_key(seed=self.seed, epoch=epoch, stream=stream)
+
+        return block_shuffle(slots, n, block, part_key)
