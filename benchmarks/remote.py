@@ -1,23 +1,24 @@
-"""Tokens/s from a loopback S3 server (moto, through s3fs) vs the same files read locally,
-with and without injected latency; and time to first batch with 10,000 shards listed.
+"""Tokens/s from a loopback S3 server vs the same files read locally, with and without
+injected latency; and time to first batch with 10,000 shards listed.
 
-The S3 server and the latency proxy are the loopback servers of the tests (``tests/_s3.py``,
-``tests/_http.py``): moto's S3 server in a child process on 127.0.0.1 and a threaded HTTP
-proxy (in this process) that sleeps ``--latency`` seconds before forwarding each request.
-Nothing leaves the machine. moto is a mock written in Python: each range request costs it
-milliseconds of CPU on the same cores the loader uses, so "cold" rows measure moto as much as
-streamload.
+The S3 server is s3rver (Node.js, ``npm ci --prefix benchmarks/s3rver``) or, without it, moto
+(the tests' server); both run in a child process on 127.0.0.1. Latency comes from the tests'
+fault proxy, also in a child process, which sleeps ``--latency`` seconds before forwarding each
+request. Nothing leaves the machine.
 
-Cases (each a fresh loader over the same shuffled windows, ``--batches`` batches timed after
-one warm-up batch):
+Three ways of reading, each compared with the local files read with the same sampling config
+(same batches; each loader fresh; ``--batches`` timed after one warm-up batch):
 
-* ``local``: the files on local disk (memmap; page cache warm).
-* ``s3 cold``: an empty cache folder: every window is fetched from the server.
-* ``s3 warm``: the same cache folder again: windows come from the disk cache.
-* each S3 case with prefetch on (``storage.prefetch_batches``) and off (0).
+* ``exact``: uniform shuffle, every window its own byte range (the default);
+* ``blocks``: ``sampling.shuffle_block`` windows per shuffle block and
+  ``storage.window_reads = "blocks"``: aligned ``--block-size`` blocks, each fetched once;
+* ``whole``: uniform shuffle, ``storage.whole_shard_size`` above the shard size: each shard
+  fetched once into the disk cache and memory-mapped.
+
+``cold`` starts from an empty cache folder; ``warm`` reads the same folder again.
 
 Example:
-    python benchmarks/remote.py --batches 200 --latency 0.05
+    npm ci --prefix benchmarks/s3rver && python benchmarks/remote.py --latency 0.05
 """
 
 from __future__ import annotations
@@ -34,13 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import BENCH_DIR, add_common_args, emit, machine_info, median
-
-sys.path.insert(0, str(BENCH_DIR.parent / "tests"))  # the tests' loopback servers
-from _http import FaultPlan, FaultProxy
-from _s3 import S3Server
+from _common import add_common_args, emit, machine_info, median
+from _servers import ProxyProcess, s3_server
 
 import streamload
+
+READS = ("exact", "blocks", "whole")
 
 
 def write_corpus(folder: Path, shards: int, tokens: int, seed: int = 0) -> list[Path]:
@@ -55,8 +55,12 @@ def write_corpus(folder: Path, shards: int, tokens: int, seed: int = 0) -> list[
     return paths
 
 
-def time_loader(config: dict[str, Any], batch_size: int, batches: int, workers: int) -> float:
-    """Input tokens/s over ``batches`` batches after one warm-up batch."""
+def time_loader(
+    config: dict[str, Any], batch_size: int, batches: int, workers: int, step: float = 0.0
+) -> float:
+    """Input tokens/s over ``batches`` batches after one warm-up batch; ``step`` seconds of
+    simulated training (a sleep, as a GPU step leaves the loader's threads the CPU) follow
+    each batch."""
     loader = streamload.build_loader(config, batch_size=batch_size, num_workers=workers)
     with loader:
         it = iter(loader)
@@ -64,71 +68,89 @@ def time_loader(config: dict[str, Any], batch_size: int, batches: int, workers: 
         began = time.perf_counter()
         for _ in range(batches):
             batch = next(it)
+            if step:
+                time.sleep(step)
         took = time.perf_counter() - began
     return batches * batch["input_ids"].numel() / took
 
 
-def throughput_rows(args: argparse.Namespace, server: S3Server, work: Path) -> list[dict]:
+def read_config(args: argparse.Namespace, reads: str) -> tuple[dict, dict, int]:
+    """Sampling table, storage options and timed batches of one way of reading."""
+    if reads == "exact":  # a request per window: few batches, or a run takes minutes
+        return {}, {"window_reads": "exact"}, args.exact_batches
+    if reads == "blocks":
+        storage = {"window_reads": "blocks", "block_size": args.block_size}
+        return {"shuffle_block": args.shuffle_block}, storage, args.batches
+    return {}, {"whole_shard_size": 1 << 40}, args.batches
+
+
+def remote_rows(
+    args: argparse.Namespace, base: dict, options: dict, reads: str, step: float, work: Path
+) -> list[dict]:
+    """Cold and warm rows of one way of reading with these s3fs ``options``."""
+    sampling, storage, batches = read_config(args, reads)
+    rows = []
+    for prefetch in (args.prefetch_batches, 0):
+        cold, warm = [], []
+        for _ in range(args.repeats):
+            config = {
+                **base,
+                "sampling": sampling,
+                "storage": {
+                    "cache_dir": tempfile.mkdtemp(dir=work),
+                    "prefetch_batches": prefetch,
+                    "max_concurrency": args.max_concurrency,
+                    "memory_size": args.memory_size,
+                    **storage,
+                },
+            }
+            config["sources"] = [{"name": "bench", "path": args.url, "storage_options": options}]
+            cold.append(time_loader(config, args.batch_size, batches, args.workers, step))
+            warm.append(time_loader(config, args.batch_size, batches, args.workers, step))
+        for name, values in (("cold", cold), ("warm", warm)):
+            rows.append(
+                {"reads": reads, "prefetch": prefetch, "cache": name, "mtok": median(values) / 1e6}
+            )
+    return rows
+
+
+def throughput_rows(args: argparse.Namespace, server: Any, work: Path) -> list[dict]:
     paths = write_corpus(work / "corpus", args.shards, args.shard_tokens)
-    url = server.upload_folder(work / "corpus", "bench", uuid.uuid4().hex[:8])
-    local_cfg = {
+    args.url = server.upload_folder(work / "corpus", "bench", uuid.uuid4().hex[:8])
+    base = {
         "seq_len": args.seq_len,
         "seed": 1234,
         "sources": [{"name": "bench", "path": [str(p) for p in paths]}],
     }
     rows = []
-    local = [time_loader(local_cfg, args.batch_size, args.batches, args.workers)]
-    local += [
-        time_loader(local_cfg, args.batch_size, args.batches, args.workers)
-        for _ in range(args.repeats - 1)
-    ]
-    rows.append(
-        {"case": "local", "latency": 0, "prefetch": "-", "whole": "-", "mtok": median(local) / 1e6}
-    )
-    # (prefetch batches, whole_shard_size): exact windows with and without prefetch, then
-    # whole shards fetched into the cache in one request each (small-shard corpora).
-    variants = [(args.prefetch_batches, 0), (0, 0), (args.prefetch_batches, 1 << 40)]
-    for latency in (0.0, args.latency):
-        plan = FaultPlan(latency=latency)
-        with FaultProxy(server.endpoint, plan) as proxy:
-            for prefetch, whole in variants:
-                cold, warm = [], []
-                for _ in range(args.repeats):
-                    cache = tempfile.mkdtemp(dir=work)
-                    config = {
-                        **local_cfg,
-                        "sources": [
-                            {
-                                "name": "bench",
-                                "path": url,
-                                "storage_options": server.storage_options(proxy.endpoint),
-                            }
-                        ],
-                        "storage": {
-                            "cache_dir": cache,
-                            "prefetch_batches": prefetch,
-                            "max_concurrency": args.max_concurrency,
-                            "whole_shard_size": whole,
-                        },
-                    }
-                    cold.append(time_loader(config, args.batch_size, args.batches, args.workers))
-                    warm.append(time_loader(config, args.batch_size, args.batches, args.workers))
-                for name, values in (("s3 cold", cold), ("s3 warm", warm)):
-                    rows.append(
-                        {
-                            "case": name,
-                            "latency": latency * 1000,
-                            "prefetch": prefetch,
-                            "whole": "yes" if whole else "no",
-                            "mtok": median(values) / 1e6,
-                        }
-                    )
-    for row in rows:
-        row["ratio"] = row["mtok"] / rows[0]["mtok"]
+    for step in (0.0, args.step_ms / 1000):
+        local = {}
+        for reads in READS:
+            sampling, _, batches = read_config(args, reads)
+            config = {**base, "sampling": sampling}
+            values = [
+                time_loader(config, args.batch_size, batches, args.workers, step)
+                for _ in range(args.repeats)
+            ]
+            local[reads] = median(values) / 1e6
+        for latency in (0.0, args.latency):
+            proxy = ProxyProcess(server.endpoint, latency) if latency else None
+            endpoint = proxy.endpoint if proxy else server.endpoint
+            try:
+                for reads in READS:
+                    options = server.storage_options(endpoint)
+                    for row in remote_rows(args, base, options, reads, step, work):
+                        row.update(step=step * 1000, latency=latency * 1000, local=local[reads])
+                        row["ratio"] = row["mtok"] / row["local"]
+                        rows.append(row)
+                        print(row, file=sys.stderr, flush=True)
+            finally:
+                if proxy is not None:
+                    proxy.__exit__()
     return rows
 
 
-def first_batch_rows(args: argparse.Namespace, server: S3Server, work: Path) -> list[dict]:
+def first_batch_rows(args: argparse.Namespace, server: Any, work: Path) -> list[dict]:
     folder = work / "many"
     folder.mkdir()
     tokens = np.arange(args.many_tokens, dtype=np.uint16)
@@ -179,50 +201,67 @@ def first_batch_rows(args: argparse.Namespace, server: S3Server, work: Path) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     add_common_args(parser)
-    parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--server", choices=["auto", "s3rver", "moto"], default="auto")
+    parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--batches", type=int, default=100, help="timed batches per case")
+    parser.add_argument("--batches", type=int, default=1500, help="timed batches per case")
+    parser.add_argument("--exact-batches", type=int, default=100, help="... of exact reads")
     parser.add_argument("--workers", type=int, default=2, help="thread workers")
     parser.add_argument("--latency", type=float, default=0.05, help="injected seconds")
-    parser.add_argument("--prefetch-batches", type=int, default=16)
+    parser.add_argument("--step-ms", type=float, default=2.0, help="simulated training step")
+    parser.add_argument("--prefetch-batches", type=int, default=64)
     parser.add_argument("--max-concurrency", type=int, default=16)
+    parser.add_argument("--shuffle-block", type=int, default=4096, help="windows per block")
+    parser.add_argument("--block-size", type=int, default=4 << 20, help="bytes per read block")
+    parser.add_argument("--memory-size", type=int, default=64 << 20, help="memory LRU bytes")
     parser.add_argument("--many-shards", type=int, default=10_000)
     parser.add_argument("--many-tokens", type=int, default=1000, help="tokens per small shard")
-    parser.set_defaults(shard_tokens=2_000_000, repeats=1)
+    parser.set_defaults(shard_tokens=4_000_000, repeats=1)
     args = parser.parse_args()
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     warnings.filterwarnings("ignore", "each pass")  # the dropped partial batch is expected
     machine = machine_info()
-    with tempfile.TemporaryDirectory() as tmp, S3Server(process=True) as server:
+    server = s3_server(args.server)
+    with tempfile.TemporaryDirectory() as tmp, server:
         work = Path(tmp)
         rows = throughput_rows(args, server, work)
         emit(
             args,
-            "Remote storage: tokens/s from loopback S3 (moto) vs local files",
+            f"Remote storage: tokens/s from loopback S3 ({server.name}) vs local files",
             rows,
             [
-                ("case", "case", ""),
+                ("step", "train step ms", ".0f"),
+                ("reads", "reads", ""),
                 ("latency", "added latency ms", ".0f"),
                 ("prefetch", "prefetch batches", ""),
-                ("whole", "whole shards", ""),
+                ("cache", "cache", ""),
                 ("mtok", "M input tokens/s", ".2f"),
+                ("local", "local M tokens/s", ".2f"),
                 ("ratio", "ratio to local", ".3f"),
             ],
             [
-                f"Corpus: {args.shards} NPY shards of {args.shard_tokens} uint32 tokens, "
-                f"seq_len {args.seq_len}, shuffled; batch {args.batch_size}, {args.workers} "
-                f"thread workers; {args.batches} timed batches after 1 warm-up; median of "
-                f"{args.repeats}.",
-                "cold = empty cache folder (every window fetched as an exact byte range); "
-                "warm = the same cache folder read again (disk cache hits); whole shards = "
-                "storage.whole_shard_size above the shard size (one request per shard).",
+                f"Corpus: {args.shards} NPY shards of {args.shard_tokens} uint32 tokens "
+                f"({args.shards * args.shard_tokens * 4 >> 20} MiB), seq_len {args.seq_len}; "
+                f"batch {args.batch_size}, {args.workers} thread workers; {args.batches} timed "
+                f"batches ({args.exact_batches} for exact) after 1 warm-up; median of "
+                f"{args.repeats}; memory LRU {args.memory_size >> 20} MiB.",
+                "exact = uniform shuffle, one range request per window (coalesced within 64 "
+                f"KiB); blocks = sampling.shuffle_block {args.shuffle_block} with "
+                f"storage.window_reads = 'blocks' of {args.block_size >> 20} MiB; whole = "
+                "uniform shuffle, each shard fetched once into the disk cache and mapped.",
+                "local = the same files and sampling config read from local disk in the same "
+                "run; cold = empty cache folder; warm = the same cache folder again; train "
+                "step = a sleep after each batch (a GPU step leaves the CPU to the loader).",
             ],
             machine,
         )
-        rows = first_batch_rows(args, server, work)
+    # s3rver 3.7.1 answers InternalError to a listing past its first page of 1000 keys, so the
+    # listing benchmark runs against moto.
+    with tempfile.TemporaryDirectory() as tmp, s3_server("moto") as server:
+        rows = first_batch_rows(args, server, Path(tmp))
         emit(
             args,
-            f"Remote storage: time to first batch with {args.many_shards} shards",
+            f"Remote storage: time to first batch with {args.many_shards} shards ({server.name})",
             rows,
             [
                 ("case", "case", ""),

@@ -7,13 +7,27 @@ which index, so a run may resume with other values (docs/remote.md).
 
 from __future__ import annotations
 
+import enum
 import os
 from dataclasses import dataclass
 
-from streamload.config._checks import check_int
+from streamload.config._checks import check_int, to_enum
 from streamload.errors import ConfigError
 
-__all__ = ["CACHE_DIR_ENV", "StorageConfig", "default_cache_dir"]
+__all__ = ["CACHE_DIR_ENV", "StorageConfig", "WindowReads", "default_cache_dir"]
+
+
+class WindowReads(str, enum.Enum):
+    """How a token window of a remote shard becomes range requests."""
+
+    EXACT = "exact"
+    """Exactly the window's bytes (pieces within ``coalesce_gap`` share a request): a rank
+    fetches only what it uses; best when windows are scattered over a corpus far larger than
+    the cache (uniform shuffle)."""
+    BLOCKS = "blocks"
+    """The aligned ``block_size`` blocks holding the window, cached and shared by every window
+    inside them: few large requests; best when windows cluster (``sampling.shuffle_block``,
+    no shuffle) or the corpus fits the cache."""
 
 CACHE_DIR_ENV = "STREAMLOAD_CACHE_DIR"
 """Environment variable naming the cache folder when ``cache_dir`` is unset."""
@@ -38,7 +52,8 @@ class StorageConfig:
         cache_size: Bytes the block cache may hold on disk; least recently used pieces are
             evicted beyond it (0: no disk cache, memory only).
         block_size: Bytes per aligned block of files parsed piecewise (a ``.pbin`` header
-            and index); token windows are always fetched as exact byte ranges.
+            and index), and of token files with ``window_reads = "blocks"``.
+        window_reads: How token windows are fetched (:class:`WindowReads`).
         memory_size: Bytes of recently used pieces kept in memory per process (keep it above
             the bytes of ``prefetch_batches`` batches when there is no disk cache).
         prefetch_batches: Batches of this rank fetched ahead of the reader (0: no prefetch).
@@ -57,6 +72,7 @@ class StorageConfig:
     cache_dir: str | None = None
     cache_size: int = 16 << 30
     block_size: int = 1 << 20
+    window_reads: WindowReads = WindowReads.EXACT
     memory_size: int = 256 << 20
     prefetch_batches: int = 16
     max_concurrency: int = 16
@@ -69,6 +85,9 @@ class StorageConfig:
     coalesce_gap: int = 64 << 10
 
     def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "window_reads", to_enum(WindowReads, self.window_reads, "storage.window_reads")
+        )
         if self.cache_dir is not None and (
             not isinstance(self.cache_dir, str) or not self.cache_dir
         ):

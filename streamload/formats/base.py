@@ -298,6 +298,11 @@ class MemmapShard:
         self._array = token_array(info)
         self._bounds = bounds
 
+    @property
+    def remote_array(self) -> Any:
+        """The :class:`~streamload.remote.RemoteTokens` read by range, or ``None`` (mapped)."""
+        return None if isinstance(self._array, np.ndarray) else self._array
+
     def tokens(self, start: int, stop: int) -> np.ndarray:
         return self._array[start:stop]
 

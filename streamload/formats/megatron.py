@@ -75,6 +75,11 @@ class MegatronShard:
         self._sequences: np.ndarray | None = None
         self._documents: np.ndarray | None = None
 
+    @property
+    def remote_array(self) -> Any:
+        """The :class:`~streamload.remote.RemoteTokens` read by range, or ``None`` (mapped)."""
+        return None if isinstance(self._tokens, np.ndarray) else self._tokens
+
     def tokens(self, start: int, stop: int) -> np.ndarray:
         return self._tokens[start:stop]
 

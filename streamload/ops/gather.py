@@ -131,11 +131,11 @@ class ShardSet:
             lo = np.clip(starts[rows] - base, 0, info.num_tokens)
             hi = np.clip(ends[rows] - base, 0, info.num_tokens)
             size = np.dtype(info.dtype).itemsize
-            ranges = zip(
-                (info.offset + lo * size).tolist(), (info.offset + hi * size).tolist(), strict=True
-            )
+            keep = hi > lo
             info.storage.store().prefetch(
-                RemoteObject(info.path, info.size, info.version), list(ranges)
+                RemoteObject(info.path, info.size, info.version),
+                info.offset + lo[keep] * size,
+                info.offset + hi[keep] * size,
             )
 
     @property
@@ -181,10 +181,14 @@ class ShardSet:
         shard_ids = np.searchsorted(self.offsets, starts, side="right") - 1
         local = starts - self.offsets[shard_ids]
         ends = self.offsets[shard_ids + 1] - self.offsets[shard_ids]
-        inside = (local + length <= ends).tolist()
+        fit = local + length <= ends
+        done = self._gather_remote(shard_ids, local, fit, starts, out) if self.remote else None
+        inside = fit.tolist()
         ids = shard_ids.tolist()
         opened: dict[int, TokenShard] = {}  # one locked cache lookup per shard and chunk
         for row, (sid, loc, fits) in enumerate(zip(ids, local.tolist(), inside, strict=True)):
+            if done is not None and done[row]:
+                continue
             try:
                 if fits:
                     shard = opened.get(sid)
@@ -196,6 +200,37 @@ class ShardSet:
             except RemoteReadError as exc:
                 self._skip_or_raise(sid, exc, int(starts[row]), out[row])
         return out
+
+    def _gather_remote(
+        self,
+        shard_ids: np.ndarray,
+        local: np.ndarray,
+        fit: np.ndarray,
+        starts: np.ndarray,
+        out: np.ndarray,
+    ) -> np.ndarray:
+        """Rows inside one remote shard read by range, all of a shard's rows at once (one
+        schedule per shard and chunk, not a locked lookup per window); returns the rows done
+        (the others, local or crossing a shard end, take the per-row path)."""
+        done = np.zeros(shard_ids.shape[0], dtype=bool)
+        length = out.shape[1]
+        for sid in np.unique(shard_ids[fit]).tolist():
+            if not self.shards[sid].is_remote:
+                continue
+            try:
+                array = getattr(self.shard(sid), "remote_array", None)
+            except RemoteReadError:  # unopenable: the per-row path raises or skips its rows
+                continue
+            if array is None:  # a whole small shard mapped from the cache
+                continue
+            rows = np.flatnonzero(fit & (shard_ids == sid))
+            for row, got in zip(rows.tolist(), array.read_rows(local[rows], length), strict=True):
+                if isinstance(got, RemoteReadError):
+                    self._skip_or_raise(sid, got, int(starts[row]), out[row])
+                else:
+                    out[row] = got
+            done[rows] = True
+        return done
 
     def _skip_or_raise(self, sid: int, exc: RemoteReadError, start: int, row: np.ndarray) -> None:
         storage = self.shards[sid].storage

@@ -55,6 +55,17 @@ class RemoteTokens:
         size = self.dtype.itemsize
         return self.offset + start * size, self.offset + stop * size
 
+    def read_rows(self, starts: np.ndarray, length: int) -> list[Any]:
+        """Items ``[starts[i], starts[i] + length)`` for every ``i`` (inside the array), read
+        together: per row a read-only array, or the ``RemoteReadError`` that made it
+        unreadable (:meth:`RemoteStore.read_many`)."""
+        size = self.dtype.itemsize
+        first = self.offset + np.asarray(starts, dtype=np.int64) * size
+        got = self.store.read_many(self.obj, first, first + length * size)
+        return [
+            item if isinstance(item, Exception) else np.frombuffer(item, self.dtype) for item in got
+        ]
+
     def __getitem__(self, key: slice | int) -> Any:
         if isinstance(key, slice):
             start, stop, step = key.indices(self.count)

@@ -1,10 +1,12 @@
 """Pieces of remote objects: memory LRU → disk cache → range request, with in-flight sharing.
 
-Token windows are read as *exact* byte ranges (a window of ``seq_len + 1`` tokens is one
-piece; a rank never fetches bytes it does not use, except small gaps merged into a request),
-because shuffled windows rarely share a block: caching whole blocks would multiply the bytes
-fetched by ``block_size / window bytes``. A file of at most ``storage.whole_shard_size``
-bytes is one piece (fetched whole, once). Files parsed piecewise (a ``.pbin`` header and its
+Token windows are read as *exact* byte ranges by default (a window of ``seq_len + 1`` tokens
+is one piece; a rank never fetches bytes it does not use, except small gaps merged into a
+request), because uniformly shuffled windows rarely share a block: caching whole blocks would
+multiply the bytes fetched by ``block_size / window bytes``. With ``storage.window_reads =
+"blocks"`` they are read through aligned blocks instead, for streams whose windows cluster
+(:mod:`streamload.remote.layout`). A file of at most ``storage.whole_shard_size`` bytes is one
+piece (fetched whole, once). Files parsed piecewise (a ``.pbin`` header and its
 index at the end) are read in aligned blocks of ``storage.block_size``.
 
 Each piece is served from the process's memory LRU, else from the disk cache shared by all
@@ -35,13 +37,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import fsspec
+import numpy as np
 
-from streamload.config.storage import StorageConfig
+from streamload.config.storage import StorageConfig, WindowReads
 from streamload.errors import FormatError
 from streamload.listing import object_version
 from streamload.remote.block_cache import DiskBlockCache
-from streamload.remote.errors import RemoteStallError
+from streamload.remote.errors import RemoteReadError, RemoteStallError
 from streamload.remote.fetch import RangeFetcher
+from streamload.remote.layout import PieceLayout, piece_layout
 from streamload.remote.stats import RemoteStats
 
 __all__ = ["MAX_RUN_BYTES", "RemoteObject", "RemoteStore", "StorageHandle"]
@@ -164,11 +168,14 @@ class RemoteStore:
     # -- pieces ----------------------------------------------------------------------------
     def pieces(self, obj: RemoteObject, start: int, end: int) -> list[tuple[int, int]]:
         """The cached pieces that hold bytes ``[start, end)`` of a token file: the whole file
-        when it is at most ``storage.whole_shard_size``, else exactly the range."""
+        when it is at most ``storage.whole_shard_size``, else the aligned blocks holding the
+        range (``storage.window_reads = "blocks"``) or exactly the range."""
         if end <= start:
             return []
         if obj.size <= self.config.whole_shard_size:
             return [(0, obj.size)]
+        if self.config.window_reads is WindowReads.BLOCKS:
+            return self.blocks(obj, start, end)
         return [(start, end)]
 
     def blocks(self, obj: RemoteObject, start: int, end: int) -> list[tuple[int, int]]:
@@ -273,13 +280,12 @@ class RemoteStore:
         future.set_result(data)
 
     # -- reading ---------------------------------------------------------------------------
-    def prefetch(self, obj: RemoteObject, ranges: Sequence[tuple[int, int]]) -> None:
-        """Start fetching byte ``ranges`` of ``obj`` (exact windows; does not wait)."""
-        pieces: set[tuple[int, int]] = set()
-        for start, end in ranges:
-            pieces.update(self.pieces(obj, start, end))
-        if pieces:
-            self.schedule(obj, sorted(pieces))
+    def prefetch(self, obj: RemoteObject, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Start fetching byte ranges ``[starts[i], ends[i])`` of ``obj`` (token windows;
+        does not wait)."""
+        if starts.size == 0 or self._whole_cached(obj):
+            return  # a whole file mapped from the disk cache is not read into memory again
+        self.schedule(obj, self.layout(obj, starts, ends).pieces)
 
     def read(self, obj: RemoteObject, start: int, end: int, *, aligned: bool = False) -> Any:
         """Bytes ``[start, end)`` of ``obj`` (waits, with the stall watchdog).
@@ -304,6 +310,51 @@ class RemoteStore:
         if not parts:
             return b""
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def layout(self, obj: RemoteObject, starts: np.ndarray, ends: np.ndarray) -> PieceLayout:
+        """The pieces holding byte ranges ``[starts[i], ends[i])`` of a token file (see
+        :mod:`streamload.remote.layout`)."""
+        cfg = self.config
+        return piece_layout(
+            obj.size, starts, ends, cfg.window_reads.value, cfg.block_size, cfg.whole_shard_size
+        )
+
+    def read_many(self, obj: RemoteObject, starts: np.ndarray, ends: np.ndarray) -> list[Any]:
+        """Bytes ``[starts[i], ends[i])`` of ``obj`` for every ``i`` (the token windows of one
+        chunk in one shard): every piece is scheduled by one call, then each range is sliced.
+
+        Returns:
+            Per range, its bytes (a ``memoryview`` or ``bytes``), or the ``RemoteReadError``
+            of a piece that stayed unreadable (so the caller can skip that range alone).
+        """
+        layout = self.layout(obj, starts, ends)
+        pieces = layout.pieces
+        got: list[Any] = []
+        for piece, item in zip(pieces, self.schedule(obj, pieces, disk_inline=True), strict=True):
+            try:
+                data = item if isinstance(item, bytes) else self._wait(obj, item, *piece)
+                got.append(memoryview(data))
+            except RemoteReadError as exc:  # stalls included: on_error decides per window
+                got.append(exc)
+        out: list[Any] = []
+        spans = zip(
+            starts.tolist(), ends.tolist(), layout.first.tolist(), layout.last.tolist(), strict=True
+        )
+        for a, b, f, t in spans:
+            parts = got[f : t + 1]
+            failed = [part for part in parts if isinstance(part, RemoteReadError)]
+            if failed:
+                out.append(failed[0])
+            elif f == t:
+                out.append(parts[0][a - pieces[f][0] : b - pieces[f][0]])
+            else:
+                out.append(
+                    b"".join(
+                        part[max(a - lo, 0) : min(b - lo, len(part))]
+                        for part, (lo, _) in zip(parts, pieces[f : t + 1], strict=True)
+                    )
+                )
+        return out
 
     def _wait(
         self, obj: RemoteObject, future: concurrent.futures.Future[bytes], start: int, end: int
@@ -344,6 +395,11 @@ class RemoteStore:
         return False
 
     # -- whole small files -----------------------------------------------------------------
+    def _whole_cached(self, obj: RemoteObject) -> bool:
+        if self.disk is None or not 0 < obj.size <= self.config.whole_shard_size:
+            return False
+        return os.path.exists(self.disk.path(obj.key(0, obj.size)))
+
     def whole_file(self, obj: RemoteObject) -> str | None:
         """The disk-cache file holding all of ``obj`` (fetched now if needed), to be memory
         mapped like a local shard; ``None`` when the object is over ``whole_shard_size`` or

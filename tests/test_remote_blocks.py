@@ -1,0 +1,142 @@
+"""Block reads (``storage.window_reads = "blocks"``) and the piece layout, against moto's S3
+server on loopback: the same batches as the local copy, each block fetched once, far fewer
+requests than exact windows when the windows cluster (``sampling.shuffle_block``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _http import FaultPlan, FaultProxy
+from _s3 import S3Server
+from conftest import Corpus
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamload import ConfigError, build_loader
+from streamload.config.storage import StorageConfig
+from streamload.remote.layout import piece_layout
+from streamload.testing import assert_batches_equal, assert_resumes_exactly
+
+pytest.importorskip("moto.server")
+pytest.importorskip("s3fs")
+pytestmark = pytest.mark.filterwarnings("ignore:each pass")
+
+FAST = {"retries": 3, "backoff": 0.01, "timeout": 5.0, "stall_warning": 2.0, "stall_timeout": 20.0}
+BLOCK = 512
+"""Bytes per block: a few windows of 17 uint32 tokens (68 bytes) each."""
+
+
+@st.composite
+def ranges(draw: Any) -> tuple[int, np.ndarray, np.ndarray]:
+    size = draw(st.integers(1, 5000))
+    pairs = draw(
+        st.lists(st.tuples(st.integers(0, size - 1), st.integers(1, 700)), min_size=1, max_size=30)
+    )
+    starts = np.array([a for a, _ in pairs], dtype=np.int64)
+    ends = np.minimum(starts + np.array([n for _, n in pairs]), size)
+    return size, starts, ends
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=ranges(), reads=st.sampled_from(["exact", "blocks"]), block=st.integers(1, 900),
+       whole=st.sampled_from([0, 2000, 10_000]))  # fmt: skip
+def test_layout_covers_every_range(case: Any, reads: str, block: int, whole: int) -> None:
+    size, starts, ends = case
+    layout = piece_layout(size, starts, ends, reads, block, whole)
+    assert layout.pieces == sorted(set(layout.pieces))
+    assert all(0 <= lo < hi <= size for lo, hi in layout.pieces)
+    for a, b, f, t in zip(starts, ends, layout.first, layout.last, strict=True):
+        spanned = layout.pieces[f : t + 1]
+        assert spanned[0][0] <= a and b <= spanned[-1][1]  # the pieces hold the range...
+        assert all(x[1] >= y[0] for x, y in zip(spanned, spanned[1:], strict=False))  # ...gapless
+        if size <= whole:
+            assert layout.pieces == [(0, size)]
+        elif reads == "exact":
+            assert spanned == [(a, b)]
+        else:
+            assert all(lo % block == 0 for lo, _ in spanned)
+
+
+def test_window_reads_is_checked() -> None:
+    assert StorageConfig(window_reads="blocks").window_reads.value == "blocks"
+    with pytest.raises(ConfigError, match="storage.window_reads = 'block' is not one of"):
+        StorageConfig(window_reads="block")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def corpus(make_corpus: Callable[..., Corpus]) -> Corpus:
+    return make_corpus([900, 700, 1100, 650])
+
+
+@pytest.fixture(scope="module")
+def url(s3: S3Server, corpus: Corpus) -> str:
+    return s3.upload_folder(corpus.folder, "corpora", uuid.uuid4().hex[:12])
+
+
+def config(corpus: Corpus, url: str, options: dict, cache: Path, **storage: Any) -> dict:
+    sampling = storage.pop("sampling", {"shuffle_block": 24})
+    return corpus.config(
+        seq_len=16,
+        sampling=sampling,
+        source={"path": url, "storage_options": options},
+        storage={"cache_dir": str(cache), "block_size": BLOCK, **FAST, **storage},
+    )
+
+
+def run(cfg: dict, workers: int = 0) -> tuple[list, dict]:
+    with build_loader(cfg, batch_size=4, num_workers=workers) as loader:
+        got = list(loader)
+        return got, loader.stats().get("storage", {}).get("web", {})
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_blocks_give_the_local_batches_fetching_each_block_once(
+    s3: S3Server, corpus: Corpus, url: str, tmp_path: Path, workers: int
+) -> None:
+    local, _ = run(corpus.config(seq_len=16, sampling={"shuffle_block": 24}), workers)
+    cfg = config(corpus, url, s3.storage_options(), tmp_path, window_reads="blocks")
+    remote, stats = run(cfg, workers)
+    assert_batches_equal(local, remote, "blocks vs local")
+    blocks = sum(-(-(f.stat().st_size) // BLOCK) for f in corpus.folder.iterdir())
+    assert 0 < stats["fetched_blocks"] <= blocks  # one pass reads each block at most once
+    assert stats["errors"] == 0
+
+
+def test_blocks_need_fewer_requests_than_exact_windows(
+    s3: S3Server, corpus: Corpus, url: str, tmp_path: Path
+) -> None:
+    counts = {}
+    for reads in ("exact", "blocks"):
+        cfg = config(
+            corpus, url, s3.storage_options(), tmp_path / reads, window_reads=reads, coalesce_gap=0
+        )
+        _, stats = run(cfg)
+        counts[reads] = stats["requests"]
+    assert counts["blocks"] * 3 < counts["exact"], counts
+
+
+def test_blocks_resume_exactly_through_faults(
+    s3: S3Server, corpus: Corpus, url: str, tmp_path: Path
+) -> None:
+    plan = FaultPlan(error_rate=0.05, truncate_rate=0.02, max_faults=40, seed=3)
+    with FaultProxy(s3.endpoint, plan) as proxy:
+        options = s3.storage_options(proxy.endpoint)
+        cfg = config(corpus, url, options, tmp_path, window_reads="blocks", memory_size=4 * BLOCK)
+        local = corpus.config(seq_len=16, sampling={"shuffle_block": 24})
+        assert_resumes_exactly(
+            lambda: build_loader(cfg, batch_size=4, num_workers=2),
+            make_resumed=lambda: build_loader(local, batch_size=4),
+            save_points=[0, 3, 10, 31],
+            passes=2,
+        )
