@@ -285,7 +285,12 @@ class RemoteStore:
         does not wait)."""
         if starts.size == 0 or self._whole_cached(obj):
             return  # a whole file mapped from the disk cache is not read into memory again
-        self.schedule(obj, self.layout(obj, starts, ends).pieces)
+        pieces = self.layout(obj, starts, ends).pieces
+        if self.disk is not None:  # the reader reads those itself, without queueing behind
+            disk = self.disk  # fetches in the pool (measured: 0.6x warm with a queue)
+            pieces = [p for p in pieces if not os.path.exists(disk.path(obj.key(*p)))]
+        if pieces:
+            self.schedule(obj, pieces)
 
     def read(self, obj: RemoteObject, start: int, end: int, *, aligned: bool = False) -> Any:
         """Bytes ``[start, end)`` of ``obj`` (waits, with the stall watchdog).
