@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
 
 from _common import BENCH_DIR
 
@@ -50,6 +49,7 @@ class S3rver(S3Server):
     the tests' moto server: ``endpoint``, ``storage_options``, ``client``, ``upload_folder``)."""
 
     name = "s3rver 3.7.1 (Node.js)"
+    credentials = ("S3RVER", "S3RVER")  # the only ones s3rver accepts
 
     def __init__(self) -> None:
         os.environ.update(loopback_env())
@@ -72,22 +72,6 @@ class S3rver(S3Server):
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
         shutil.rmtree(self._data, ignore_errors=True)
-
-    def storage_options(self, endpoint: str | None = None, **extra: Any) -> dict[str, Any]:
-        """s3fs options: s3rver accepts only its own static credentials."""
-        return super().storage_options(endpoint, key="S3RVER", secret="S3RVER", **extra)
-
-    def client(self) -> Any:
-        """A boto3 client of the server."""
-        import boto3
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint,
-            aws_access_key_id="S3RVER",
-            aws_secret_access_key="S3RVER",
-            region_name="us-east-1",
-        )
 
 
 def s3_server(kind: str) -> S3Server:

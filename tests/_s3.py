@@ -89,12 +89,15 @@ class S3Server:
             self._child.terminate()
             self._child.wait(timeout=10)
 
+    credentials = ("testing", "testing")
+    """Access key and secret the server accepts."""
+
     def storage_options(self, endpoint: str | None = None, **extra: Any) -> dict[str, Any]:
         """s3fs options for this server (or a proxy in front of it at ``endpoint``)."""
         return {
             "endpoint_url": endpoint or self.endpoint,
-            "key": "testing",
-            "secret": "testing",
+            "key": self.credentials[0],
+            "secret": self.credentials[1],
             "client_kwargs": {"region_name": "us-east-1"},
             "skip_instance_cache": True,
             **extra,
@@ -107,8 +110,8 @@ class S3Server:
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+            aws_access_key_id=self.credentials[0],
+            aws_secret_access_key=self.credentials[1],
             region_name="us-east-1",
         )
 
