@@ -27,6 +27,7 @@ from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.materialize import Materialize
 from streamload.nodes.plan_chunks import PlanChunks, RankSpec
 from streamload.nodes.split_batches import SplitBatches
+from streamload.remote.stats import RemoteStats, worker_totals
 from streamload.state import check_fingerprint, cursor_from_state, make_state, read_state
 from streamload.stream import SampleStream
 
@@ -229,9 +230,10 @@ class StreamLoader:
         window (1.0 = each window seen once on average). ``wait_seconds`` is the time the
         training loop spent waiting for this loader. ``ended_by`` says why the stream ended
         (a source policy), once this loader has delivered its last batch; ``None`` before.
-        ``storage`` has, per remote source, this
-        process's request/retry/fault/cache counters and what ``on_error = "skip"`` skipped
-        (:class:`streamload.remote.RemoteStats`; process workers count in their own process).
+        ``storage`` has, per remote source, the request/retry/fault/cache counters and what
+        ``on_error = "skip"`` skipped (:class:`streamload.remote.RemoteStats`): the sum over
+        the training process and its loader workers (process workers report theirs with each
+        result; thread workers count in the training process).
         """
         sources = {}
         for source, (name, pos) in zip(
@@ -309,13 +311,19 @@ def _check_args(config: DataConfig, rank: RankSpec, num_workers: int) -> None:
 
 
 def _storage_stats(stream: SampleStream) -> dict[str, Any]:
-    """Per remote source: this process's request, retry, fault and cache counters, and the
-    shards and samples skipped under ``on_error = "skip"`` (docs/remote.md)."""
+    """Per remote source: the request, retry, fault and cache counters, and the shards and
+    samples skipped under ``on_error = "skip"`` (docs/remote.md), of this process plus what
+    its process workers reported with their results (thread workers count in this process)."""
     out: dict[str, Any] = {}
     for source in stream.sources:
         counters = source.shards.storage_stats()  # skipped shards included (catalog.py)
-        if counters is not None:
-            out[source.name] = counters
+        if counters is None:
+            continue
+        key = next(info.storage.key for info in source.shards.shards if info.is_remote)
+        workers = RemoteStats()  # a copy: summing must not change either side
+        workers.merge(counters)
+        workers.merge(worker_totals(key).snapshot())
+        out[source.name] = workers.snapshot()
     return out
 
 

@@ -4,6 +4,7 @@ requests than exact windows when the windows cluster (``sampling.shuffle_block``
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -53,7 +54,7 @@ def test_layout_covers_every_range(case: Any, reads: str, block: int, whole: int
     for a, b, f, t in zip(starts, ends, layout.first, layout.last, strict=True):
         spanned = layout.pieces[f : t + 1]
         assert spanned[0][0] <= a and b <= spanned[-1][1]  # the pieces hold the range...
-        assert all(x[1] >= y[0] for x, y in zip(spanned, spanned[1:], strict=False))  # ...gapless
+        assert all(x[1] >= y[0] for x, y in itertools.pairwise(spanned))  # ...gapless
         if size <= whole:
             assert layout.pieces == [(0, size)]
         elif reads == "exact":
@@ -64,7 +65,7 @@ def test_layout_covers_every_range(case: Any, reads: str, block: int, whole: int
 
 def test_window_reads_is_checked() -> None:
     assert StorageConfig(window_reads="blocks").window_reads.value == "blocks"
-    with pytest.raises(ConfigError, match="storage.window_reads = 'block' is not one of"):
+    with pytest.raises(ConfigError, match=r"storage\.window_reads = 'block' is not one of"):
         StorageConfig(window_reads="block")
 
 

@@ -29,6 +29,7 @@ class WindowReads(str, enum.Enum):
     inside them: few large requests; best when windows cluster (``sampling.shuffle_block``,
     no shuffle) or the corpus fits the cache."""
 
+
 CACHE_DIR_ENV = "STREAMLOAD_CACHE_DIR"
 """Environment variable naming the cache folder when ``cache_dir`` is unset."""
 

@@ -30,9 +30,7 @@ import queue
 import signal
 import threading
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Generic, TypeVar
@@ -44,6 +42,8 @@ from torchdata.nodes import BaseNode
 from streamload.errors import StreamloadError, add_note
 from streamload.nodes._map import unwrap_legacy_state
 from streamload.nodes._slots import SlotRef, read_slot, write_slot
+from streamload.nodes._worker_failure import WorkerError, _Failure
+from streamload.nodes._worker_stats import merge_storage_deltas, take_storage_deltas
 
 __all__ = ["MapWorkers", "WorkerDied", "WorkerError"]
 
@@ -59,56 +59,6 @@ _ORPHAN_EXIT_CODE = 75
 
 class WorkerDied(StreamloadError):
     """A loader worker process exited without finishing its work."""
-
-
-class WorkerError(StreamloadError):
-    """The map function failed in a worker process with an exception that cannot be sent
-    back as is; the message names its type and text, a note holds the worker's traceback."""
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """A picklable summary of an exception raised in a worker process.
-
-    An exception object may not survive pickling (an attribute holds a lock, ``__init__``
-    takes other arguments than ``args``…); sending it as is would fail in the queue's feeder
-    thread and the consumer would wait forever. The summary always pickles.
-    """
-
-    type_name: str
-    message: str
-    traceback: str
-    original: bytes | None  # the pickled exception, when it survives a round trip
-
-    @classmethod
-    def of(cls, exc: BaseException) -> _Failure:
-        kind = type(exc)
-        original: bytes | None
-        try:
-            original = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-            pickle.loads(original)
-        except Exception:  # any failure means: send the summary only
-            original = None
-        try:
-            message = str(exc)
-        except Exception:
-            message = f"<{kind.__name__} whose str() fails>"
-        text = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
-        return cls(f"{kind.__module__}.{kind.__qualname__}", message, text, original)
-
-    def rebuild(self, worker: str) -> BaseException:
-        """The original exception when it unpickles, else a :class:`WorkerError`."""
-        exc: Any = None
-        if self.original is not None:
-            with contextlib.suppress(Exception):
-                exc = pickle.loads(self.original)
-        if not isinstance(exc, BaseException):
-            exc = WorkerError(
-                f"loader worker {worker}: the map function raised {self.type_name}: "
-                f"{self.message} (re-raised as WorkerError: the exception does not pickle)"
-            )
-        add_note(exc, f"traceback in loader worker {worker}:\n{self.traceback.rstrip()}")
-        return exc
 
 
 def _watch_parent() -> None:
@@ -136,8 +86,8 @@ def _worker_loop(
         threading.Thread(target=_watch_parent, name="parent-watchdog", daemon=True).start()
     while True:
         task = tasks.get()
-        if task is None:
-            results.put(_DONE)
+        if task is None:  # with the counts of reads made since the last result (prefetch)
+            results.put((_DONE, take_storage_deltas() if is_process else None))
             # A process serves the shared-memory handles of the tensors it sent until it
             # exits, so it stays until the consumer has received everything and says so.
             tasks.get()
@@ -156,7 +106,8 @@ def _worker_loop(
             message = (seq, None, _Failure.of(exc)) if is_process else (seq, None, exc)
             if is_process:
                 message = _dumps(message)
-        results.put(message)
+        # Along with each result, what the worker's storage counters gained (docs/remote.md).
+        results.put((message, take_storage_deltas() if is_process else None))
 
 
 def _dumps(message: Any) -> bytes:
@@ -318,10 +269,11 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         results = self._results[seq % self.num_workers]
         while True:
             try:
-                message = results.get(timeout=_POLL_SECONDS)
+                message, deltas = results.get(timeout=_POLL_SECONDS)
             except queue.Empty:
                 self._check_alive(seq)
                 continue
+            merge_storage_deltas(deltas)
             if self.method == "process":
                 message = pickle.loads(message)
             _, value, failure = message
@@ -367,7 +319,9 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         """Receive (and drop) a worker's results until it says it is done or it is gone."""
         while time.monotonic() < deadline:
             try:
-                if results.get(timeout=_POLL_SECONDS) == _DONE:
+                message, deltas = results.get(timeout=_POLL_SECONDS)
+                merge_storage_deltas(deltas)  # reads made for results dropped here count too
+                if message == _DONE:
                     return
             except queue.Empty:
                 if not worker.is_alive():

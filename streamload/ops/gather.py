@@ -101,7 +101,10 @@ class ShardSet:
 
     def storage_stats(self) -> dict[str, Any] | None:
         """This process's counters of the storage the shards are read from (``None`` when
-        local; sources on one storage with equal options share one set of counters)."""
+        local; sources on one storage with equal options share one set of counters).
+
+        Process workers count theirs in their own process and report them with each result;
+        ``loader.stats()`` adds them (:mod:`streamload.nodes._worker_stats`)."""
         for info in self.shards:
             if info.is_remote:
                 return dict(info.storage.store().stats.snapshot())

@@ -1,11 +1,17 @@
-"""Thread-safe counters of one process's remote reads, reported by ``loader.stats()``."""
+"""Thread-safe counters of remote reads, reported by ``loader.stats()``.
+
+Each process counts its own reads in its stores' :class:`RemoteStats`. A loader's process
+workers send the change of their counters since their last result along with each result
+(:func:`counter_delta`); the training process adds them into :func:`worker_totals` (one set
+per storage key, kept across worker restarts), and ``loader.stats()`` reports the sum.
+"""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-__all__ = ["RemoteStats"]
+__all__ = ["RemoteStats", "counter_delta", "worker_totals"]
 
 
 class RemoteStats:
@@ -53,3 +59,43 @@ class RemoteStats:
         """The counters now, and the skipped objects with their reasons."""
         with self._lock:
             return {**self._counts, "skipped": dict(self._skipped)}
+
+    def merge(self, delta: dict[str, Any]) -> None:
+        """Add a :func:`counter_delta` (or a snapshot) of another process's counters."""
+        with self._lock:
+            for name, count in delta.items():
+                if name == "skipped":
+                    for url, reason in count.items():
+                        self._skipped.setdefault(url, reason)
+                elif name in self._counts:
+                    self._counts[name] += count
+
+
+def counter_delta(now: dict[str, Any], before: dict[str, Any] | None) -> dict[str, Any]:
+    """What changed from snapshot ``before`` (``None``: nothing counted yet) to ``now``:
+    the counters that grew, by how much, and the newly skipped objects; ``{}`` if none."""
+    before = before or {}
+    delta: dict[str, Any] = {}
+    for name in RemoteStats.FIELDS:
+        grown = now[name] - before.get(name, 0)
+        if grown:
+            delta[name] = grown
+    old = before.get("skipped", {})
+    skipped = {url: why for url, why in now["skipped"].items() if url not in old}
+    if skipped:
+        delta["skipped"] = skipped
+    return delta
+
+
+_totals: dict[str, RemoteStats] = {}
+_totals_lock = threading.Lock()
+
+
+def worker_totals(key: str) -> RemoteStats:
+    """The counters this process's loader workers reported for storage ``key`` (a
+    :attr:`~streamload.remote.store.StorageHandle.key`), summed over all workers and passes."""
+    with _totals_lock:
+        stats = _totals.get(key)
+        if stats is None:
+            stats = _totals[key] = RemoteStats()
+        return stats
