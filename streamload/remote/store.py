@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -103,9 +104,11 @@ class StorageHandle:
     config: StorageConfig
     on_error: str = "raise"
 
-    @property
+    @functools.cached_property
     def key(self) -> str:
-        """Identity of the store (equal handles share one store per process)."""
+        """Identity of the store (equal handles share one store per process); computed once
+        (``cached_property`` writes the instance ``__dict__`` directly, so it works on a frozen
+        dataclass and survives pickling)."""
         return json.dumps(
             [self.protocol, self.options, asdict(self.config)], sort_keys=True, default=repr
         )
@@ -221,8 +224,10 @@ class RemoteStore:
             self.stats.add("memory_hits", hits)
         if disk_inline and self.disk is not None and missing:
             missing = [piece for piece in missing if not self._from_disk(obj, piece)]
+        # Pieces left after the inline disk check are known misses: skip a second lookup.
+        check_disk = not (disk_inline and self.disk is not None)
         for run in _runs(missing, self.config.coalesce_gap):
-            self._jobs.submit(self._fetch_run, obj, run)
+            self._jobs.submit(self._fetch_run, obj, run, check_disk)
         return out
 
     def _from_disk(self, obj: RemoteObject, piece: _Piece) -> bool:
@@ -234,12 +239,12 @@ class RemoteStore:
         self._finish(key, future, data)
         return True
 
-    def _fetch_run(self, obj: RemoteObject, run: list[_Piece]) -> None:
+    def _fetch_run(self, obj: RemoteObject, run: list[_Piece], check_disk: bool = True) -> None:
         pending = list(run)
         try:
             todo = []
             for piece in run:
-                if self._from_disk(obj, piece):
+                if check_disk and self._from_disk(obj, piece):
                     pending.remove(piece)
                 else:
                     todo.append(piece)
