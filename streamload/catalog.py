@@ -117,7 +117,7 @@ def describe_source(
             vocab_size=vocab_size,
             tokenizer=_tokenizer_spec(source),
         )
-        listed = ListedFile(_url(fs, f.path), f.relpath, f.size, f.version)
+        listed = ListedFile(_url(fs, f.path, source), f.relpath, f.size, f.version)
         jobs.append((listed, options, sibling_names(fs, folder, siblings)))
     if handle is None:
         fmt = source.format.value
@@ -182,9 +182,15 @@ def _with_retries(storage: StorageConfig, path: str, fn: Any, *args: Any) -> Any
     )
 
 
-def _url(fs: object, path: str) -> str:
+def _url(fs: object, path: str, source: SourceConfig) -> str:
+    """The URL of a listed path, in the scheme the user wrote (adlfs would name ``az://``
+    objects ``abfs://``, gcsfs ``gcs://`` ones ``gs://``: messages name what the config says)."""
     protocol = getattr(fs, "protocol", "file")
     protocols = protocol if isinstance(protocol, tuple) else (protocol,)
-    if "file" in protocols or "local" in protocols:
+    if "file" in protocols or "local" in protocols or "://" in path:  # local, or http(s) URLs
         return path
+    first = source.paths[0]
+    scheme = first.split("://", 1)[0] if "://" in first else ""
+    if scheme in protocols:
+        return f"{scheme}://{path}"
     return fs.unstrip_protocol(path)  # type: ignore[attr-defined]
