@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import functools
-import hashlib
-import json
 import logging
 import os
 import threading
@@ -34,20 +31,21 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 import fsspec
 import numpy as np
 
-from streamload.config.storage import StorageConfig, WindowReads
+from streamload.config.storage import WindowReads
 from streamload.errors import FormatError
 from streamload.listing import object_version
 from streamload.remote.block_cache import DiskBlockCache
-from streamload.remote.errors import RemoteReadError, RemoteStallError
+from streamload.remote.errors import RemoteReadError
 from streamload.remote.fetch import RangeFetcher
+from streamload.remote.handle import RemoteObject, StorageHandle
 from streamload.remote.layout import PieceLayout, piece_layout
 from streamload.remote.stats import RemoteStats
+from streamload.remote.watchdog import wait_watched
 
 __all__ = ["MAX_RUN_BYTES", "RemoteObject", "RemoteStore", "StorageHandle"]
 
@@ -77,45 +75,6 @@ def _runs(pieces: list[_Piece], gap: int) -> list[list[_Piece]]:
 
 
 _LOG = logging.getLogger("streamload.remote")
-
-
-@dataclass(frozen=True)
-class RemoteObject:
-    """One remote file as listed at start-up: URL, size and version (ETag/mtime)."""
-
-    url: str
-    size: int
-    version: str = ""
-
-    def key(self, start: int, end: int) -> str:
-        """Content key of bytes ``[start, end)`` of this version of the object."""
-        text = f"{self.url}\0{self.size}\0{self.version}\0{start}\0{end}"
-        return hashlib.sha256(text.encode()).hexdigest()[:40]
-
-
-@dataclass(frozen=True, eq=False)
-class StorageHandle:
-    """Picklable name of a storage: fsspec protocol and options, the ``[storage]`` config and
-    the source's ``on_error``. :meth:`store` is this process's :class:`RemoteStore` for it.
-    """
-
-    protocol: str
-    options: dict[str, Any] = field(repr=False)
-    config: StorageConfig
-    on_error: str = "raise"
-
-    @functools.cached_property
-    def key(self) -> str:
-        """Identity of the store (equal handles share one store per process); computed once
-        (``cached_property`` writes the instance ``__dict__`` directly, so it works on a frozen
-        dataclass and survives pickling)."""
-        return json.dumps(
-            [self.protocol, self.options, asdict(self.config)], sort_keys=True, default=repr
-        )
-
-    def store(self) -> RemoteStore:
-        """This process's store for the handle."""
-        return RemoteStore.for_handle(self)
 
 
 class RemoteStore:
@@ -369,29 +328,7 @@ class RemoteStore:
     def _wait(
         self, obj: RemoteObject, future: concurrent.futures.Future[bytes], start: int, end: int
     ) -> bytes:
-        cfg = self.config
-        began = time.monotonic()
-        while True:
-            waited = time.monotonic() - began
-            left = cfg.stall_timeout - waited
-            if left <= 0:
-                raise RemoteStallError(
-                    f"{obj.url}: waited {waited:.1f} s for bytes [{start}, {end}) "
-                    f"(storage.stall_timeout = {cfg.stall_timeout} s); the store is stalled "
-                    "or unreachable"
-                )
-            tick = min(left, cfg.stall_warning) if cfg.stall_warning else left
-            try:
-                return future.result(timeout=tick)
-            except concurrent.futures.TimeoutError:
-                waited = time.monotonic() - began
-                if waited < cfg.stall_timeout:
-                    self.stats.add("stall_warnings")
-                    _LOG.warning(
-                        "streamload: waiting %.1f s so far for %s bytes [%d, %d) (error at "
-                        "storage.stall_timeout = %s s)",
-                        waited, obj.url, start, end, cfg.stall_timeout,
-                    )  # fmt: skip
+        return wait_watched(future, (obj.url, start, end), self.config, self.stats)
 
     def drain(self, timeout: float = 60.0) -> bool:
         """Wait until no piece is in flight in this process (``False``: still busy)."""

@@ -1,0 +1,57 @@
+"""The stall watchdog: wait for a fetched piece, warn while it is late, fail when it stalls.
+
+A reader waiting for one piece logs a warning on the ``streamload.remote`` logger every
+``storage.stall_warning`` seconds naming the object, the byte range and the wait so far, and
+raises :class:`RemoteStallError` naming them after ``storage.stall_timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+
+from streamload.config.storage import StorageConfig
+from streamload.remote.errors import RemoteStallError
+from streamload.remote.stats import RemoteStats
+
+__all__ = ["wait_watched"]
+
+_LOG = logging.getLogger("streamload.remote")
+
+
+def wait_watched(
+    future: concurrent.futures.Future[bytes],
+    where: tuple[str, int, int],
+    cfg: StorageConfig,
+    stats: RemoteStats,
+) -> bytes:
+    """The future's bytes; ``where`` (URL, first byte, end byte) names them in warnings and
+    errors.
+
+    Raises:
+        RemoteStallError: nothing arrived within ``cfg.stall_timeout`` seconds.
+    """
+    url, start, end = where
+    began = time.monotonic()
+    while True:
+        waited = time.monotonic() - began
+        left = cfg.stall_timeout - waited
+        if left <= 0:
+            raise RemoteStallError(
+                f"{url}: waited {waited:.1f} s for bytes [{start}, {end}) "
+                f"(storage.stall_timeout = {cfg.stall_timeout} s); the store is stalled "
+                "or unreachable"
+            )
+        tick = min(left, cfg.stall_warning) if cfg.stall_warning else left
+        try:
+            return future.result(timeout=tick)
+        except concurrent.futures.TimeoutError:
+            waited = time.monotonic() - began
+            if waited < cfg.stall_timeout:
+                stats.add("stall_warnings")
+                _LOG.warning(
+                    "streamload: waiting %.1f s so far for %s bytes [%d, %d) (error at "
+                    "storage.stall_timeout = %s s)",
+                    waited, url, start, end, cfg.stall_timeout,
+                )  # fmt: skip
