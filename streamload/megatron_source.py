@@ -12,6 +12,8 @@ index per shard touched, never a Python loop over samples.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from streamload.catalog import SourceCatalog
@@ -36,14 +38,19 @@ class MegatronSource:
         self.catalog = catalog
         self.name = catalog.config.name
         self.shards = ShardSet(catalog.shards)
-        unmapped = [s.path for s in catalog.shards if s.is_remote or s.format == "jsonl"]
-        if unmapped:
-            # A chunk reads each shard over the span its shuffled samples touch, which is
-            # cheap on a memory map only (remote prefetch and on_error are not wired here).
+        jsonl = [s.path for s in catalog.shards if s.format == "jsonl"]
+        if jsonl:
             raise ConfigError(
-                f"source {self.name!r}: sampling.mode = 'megatron' reads local, memory-mapped "
-                f"shards; {unmapped[0]} is remote or a jsonl file (copy it locally, or "
-                "pre-tokenize it with streamload tokenize)"
+                f"source {self.name!r}: sampling.mode = 'megatron' reads token files; "
+                f"{jsonl[0]} is a jsonl file (pre-tokenize it with streamload tokenize)"
+            )
+        skip = [s.path for s in catalog.shards if s.is_remote and s.storage.on_error == "skip"]
+        if skip:
+            # A sample spans pieces of several documents; zero-filling one in place is not
+            # wired in this mode, so an unreadable piece must stop the job, never be guessed.
+            raise ConfigError(
+                f"source {self.name!r}: on_error = 'skip' is not supported with sampling.mode "
+                f"= 'megatron' ({skip[0]}); use on_error = 'raise'"
             )
         bounds = [self._bounds(i) for i in range(len(catalog.shards))]
         self.shard_of_sequence = np.repeat(
@@ -140,6 +147,31 @@ class MegatronSource:
             local = offsets[where] - shards.offsets[sid]
             if local.size == 0:
                 continue
+            shard = shards.shard(sid)
+            array = getattr(shard, "remote_array", None)
+            if array is not None:  # remote: only the pieces, all requested at once
+                out[where] = _read_runs(array, local)
+                continue
             low, high = int(local.min()), int(local.max()) + 1
-            out[where] = shards.shard(sid).tokens(low, high)[local - low]
+            out[where] = shard.tokens(low, high)[local - low]
         return out
+
+
+def _read_runs(array: Any, local: np.ndarray) -> np.ndarray:
+    """Tokens at shard offsets ``local`` of a remote token array, read as the runs of
+    consecutive offsets they form (one range each, scheduled together; the store coalesces
+    near neighbours).
+
+    Raises:
+        RemoteReadError: a run stayed unreadable (named by the store).
+    """
+    cut = np.flatnonzero(np.diff(local) != 1) + 1
+    first = local[np.concatenate([[0], cut])]
+    count = np.diff(np.concatenate([[0], cut, [local.shape[0]]]))
+    size = array.dtype.itemsize
+    begin = array.offset + first * size
+    got = array.store.read_many(array.obj, begin, begin + count * size)
+    for item in got:
+        if isinstance(item, Exception):
+            raise item
+    return np.concatenate([np.frombuffer(item, array.dtype) for item in got])

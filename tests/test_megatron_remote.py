@@ -1,0 +1,111 @@
+"""``sampling.mode = "megatron"`` over remote shards (moto's S3 server on loopback): the same
+ordered batches as the local copy, with 0 and 2 workers, a blend, and a resume; only the
+pieces of documents the samples need are fetched."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _s3 import S3Server
+
+from streamload import ConfigError, build_loader
+from streamload.convert import open_writer
+from streamload.testing import assert_batches_equal, assert_resumes_exactly
+
+pytest.importorskip("moto.server")
+pytest.importorskip("s3fs")
+pytestmark = pytest.mark.filterwarnings("ignore:each pass")
+
+FAST = {"retries": 3, "backoff": 0.01, "timeout": 5.0, "stall_warning": 2.0, "stall_timeout": 20.0}
+
+
+def write_dataset(folder: Path, name: str, seed: int, documents: int) -> None:
+    """A Megatron ``name.bin/.idx`` of random documents (each ends with EOD 0)."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    with open_writer("megatron", str(folder / name), np.dtype("uint16")) as writer:
+        for _ in range(documents):
+            doc = rng.integers(1, 1000, int(rng.integers(3, 60)), dtype=np.uint16)
+            writer.add_document(np.append(doc, 0).astype(np.uint16))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("megatron_remote")
+    write_dataset(folder / "A", "a", 1, 300)
+    write_dataset(folder / "B", "b", 2, 200)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def s3(data: Path) -> Iterator[tuple[S3Server, str]]:
+    with S3Server() as server:
+        yield server, server.upload_folder(data, "corpora", uuid.uuid4().hex[:12])
+
+
+def config(root: str, cache: Path, options: dict | None = None, **extra: Any) -> dict[str, Any]:
+    weights = extra.pop("weights", None)
+    sources = [{"name": "A", "path": f"{root}/A/a.bin"}]
+    if weights:
+        sources = [
+            {"name": "A", "path": f"{root}/A/a.bin", "weight": weights[0]},
+            {"name": "B", "path": f"{root}/B/b.bin", "weight": weights[1]},
+        ]
+    for source in sources:
+        if options:
+            source["storage_options"] = options
+    return {
+        "seq_len": 16,
+        "seed": 3,
+        "eos_token_id": 0,
+        "sources": sources,
+        "sampling": {"mode": "megatron", "num_samples": 160, "cache_dir": str(cache)},
+        "packing": {"masks": True, "reset_position_ids": True, "reset_attention_mask": True},
+        "storage": {"cache_dir": str(cache / "remote"), **FAST, **extra},
+    }
+
+
+def batches(cfg: dict[str, Any], workers: int = 0) -> list[dict]:
+    with build_loader(cfg, batch_size=4, num_workers=workers) as loader:
+        return list(loader)
+
+
+@pytest.mark.parametrize(("workers", "weights"), [(0, None), (2, None), (2, (0.7, 0.3))])
+def test_remote_megatron_batches_equal_local(
+    data: Path, s3: tuple[S3Server, str], tmp_path: Path, workers: int, weights: Any
+) -> None:
+    server, url = s3
+    local = batches(config(str(data), tmp_path / "local", weights=weights))
+    remote_cfg = config(url, tmp_path / "remote", server.storage_options(), weights=weights)
+    with build_loader(remote_cfg, batch_size=4, num_workers=workers) as loader:
+        remote = list(loader)
+        stats = loader.stats()["storage"]["A"]
+    assert len(local) == 40
+    assert_batches_equal(local, remote, "megatron s3 vs local")
+    assert stats["requests"] > 0 and stats["errors"] == 0
+
+
+def test_remote_megatron_resumes_on_the_local_copy(
+    data: Path, s3: tuple[S3Server, str], tmp_path: Path
+) -> None:
+    server, url = s3
+    remote_cfg = config(url, tmp_path / "r", server.storage_options())
+    local_cfg = config(str(data), tmp_path / "l")
+    assert_resumes_exactly(
+        lambda: build_loader(remote_cfg, batch_size=4, num_workers=2),
+        make_resumed=lambda: build_loader(local_cfg, batch_size=4),
+        save_points=[0, 1, 13, 39, 40],
+    )
+
+
+def test_skip_is_refused_in_megatron_mode(s3: tuple[S3Server, str], tmp_path: Path) -> None:
+    server, url = s3
+    cfg = config(url, tmp_path, server.storage_options())
+    cfg["sources"][0]["on_error"] = "skip"
+    with pytest.raises(ConfigError, match="on_error = 'skip' is not supported"):
+        build_loader(cfg, batch_size=4)
