@@ -105,23 +105,9 @@ class MegatronSource:
         Rows shorter than ``width`` (the padded last sample) are filled with
         :data:`PAD_TOKEN`; the array is int64 then, else the shards' dtype.
         """
-        assert self.indices is not None, "attach() the indices first"
-        doc_index, sample_index, shuffle_index = self.indices
         n = int(local.shape[0])
-        j = np.asarray(shuffle_index[local], dtype=np.int64)
-        begin = np.asarray(sample_index[j], dtype=np.int64)
-        end = np.asarray(sample_index[j + 1], dtype=np.int64)
-        pieces = end[:, 0] - begin[:, 0] + 1
-        total = int(pieces.sum())
-        first = np.cumsum(pieces) - pieces
+        pieces, sequence, start, size = self._pieces(local)
         row = np.repeat(np.arange(n, dtype=np.int64), pieces)
-        position = np.arange(total, dtype=np.int64) + np.repeat(begin[:, 0] - first, pieces)
-        sequence = np.asarray(doc_index[position], dtype=np.int64)
-        start = np.zeros(total, dtype=np.int64)
-        start[first] = begin[:, 1]
-        stop = self.sequence_lengths[sequence].astype(np.int64)
-        stop[first + pieces - 1] = end[:, 1] + self.extra
-        size = stop - start
         lengths = np.bincount(row, weights=size, minlength=n).astype(np.int64)
         before = np.cumsum(size) - size  # flat start of each piece
         in_row = before - np.repeat(np.cumsum(lengths) - lengths, pieces)
@@ -136,6 +122,37 @@ class MegatronSource:
         else:
             out.reshape(-1)[target] = flat
         return out, lengths
+
+    def _pieces(self, local: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per sample its piece count; per piece (one per document-index position the sample
+        spans) its sequence, first token inside the sequence and token count."""
+        assert self.indices is not None, "attach() the indices first"
+        doc_index, sample_index, shuffle_index = self.indices
+        j = np.asarray(shuffle_index[local], dtype=np.int64)
+        begin = np.asarray(sample_index[j], dtype=np.int64)
+        end = np.asarray(sample_index[j + 1], dtype=np.int64)
+        pieces = end[:, 0] - begin[:, 0] + 1
+        total = int(pieces.sum())
+        first = np.cumsum(pieces) - pieces
+        position = np.arange(total, dtype=np.int64) + np.repeat(begin[:, 0] - first, pieces)
+        sequence = np.asarray(doc_index[position], dtype=np.int64)
+        start = np.zeros(total, dtype=np.int64)
+        start[first] = begin[:, 1]
+        stop = self.sequence_lengths[sequence].astype(np.int64)
+        stop[first + pieces - 1] = end[:, 1] + self.extra
+        return pieces, sequence, start, stop - start
+
+    def prefetch(self, local: np.ndarray) -> None:
+        """Start fetching the pieces of samples ``local`` from remote shards (the planner's
+        lookahead; :mod:`streamload.remote.prefetch`); a no-op for local shards."""
+        if not self.shards.remote or local.size == 0:
+            return
+        _, sequence, start, size = self._pieces(local)
+        keep = size > 0
+        sequence, start, size = sequence[keep], start[keep], size[keep]
+        shard_ids = self.shard_of_sequence[sequence]
+        begin = self.sequence_starts[sequence] + start - self.shards.offsets[shard_ids]
+        self.shards.prefetch_pieces(shard_ids, begin, size)
 
     def _gather(self, offsets: np.ndarray, shard_ids: np.ndarray) -> np.ndarray:
         """Tokens at source stream offsets (pieces never cross shards)."""

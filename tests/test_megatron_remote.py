@@ -109,3 +109,19 @@ def test_skip_is_refused_in_megatron_mode(s3: tuple[S3Server, str], tmp_path: Pa
     cfg["sources"][0]["on_error"] = "skip"
     with pytest.raises(ConfigError, match="on_error = 'skip' is not supported"):
         build_loader(cfg, batch_size=4)
+
+
+def test_lookahead_prefetches_megatron_pieces(
+    data: Path, s3: tuple[S3Server, str], tmp_path: Path
+) -> None:
+    server, url = s3
+    local = batches(config(str(data), tmp_path / "local"))
+    hits = {}
+    for depth in (0, 16):
+        cfg = config(url, tmp_path / f"p{depth}", server.storage_options(), prefetch_batches=depth)
+        with build_loader(cfg, batch_size=4) as loader:
+            assert_batches_equal(local, list(loader), f"prefetch {depth}")
+            hits[depth] = loader.stats()["storage"]["A"]["memory_hits"]
+    # Without a lookahead every piece is fetched by its reader; with one, readers find the
+    # pieces the planner requested ahead.
+    assert hits[0] == 0 and hits[16] > 0, hits

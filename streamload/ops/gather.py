@@ -141,6 +141,20 @@ class ShardSet:
                 info.offset + hi[keep] * size,
             )
 
+    def prefetch_pieces(self, shard_ids: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
+        """Start fetching tokens ``[starts[i], starts[i] + sizes[i])`` of shard
+        ``shard_ids[i]`` (offsets inside the shard; pieces never cross a shard end)."""
+        for sid in np.unique(shard_ids).tolist():
+            info = self.shards[sid]
+            if not info.is_remote:
+                continue
+            rows = shard_ids == sid
+            first = info.offset + starts[rows] * np.dtype(info.dtype).itemsize
+            obj = RemoteObject(info.path, info.size, info.version)
+            info.storage.store().prefetch(
+                obj, first, first + sizes[rows] * np.dtype(info.dtype).itemsize
+            )
+
     @property
     def num_tokens(self) -> int:
         """Tokens in the whole stream."""
