@@ -70,3 +70,19 @@ def test_disk_pieces_found_once_inline_and_by_prefetch(
         assert miss.result(timeout=30) == data[lo : lo + 100]
         assert len(lookups) == 2  # a miss is looked up once, then fetched
         assert store.stats.snapshot()["requests"] == 1
+
+
+def test_unversioned_objects_stay_out_of_the_disk_cache(
+    served: tuple[str, bytes], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without an ETag or mtime a same-size replacement would share the content keys of the
+    old bytes, so a later job could read them stale: such pieces are kept in memory only."""
+    url, data = served
+    store = _store(tmp_path)
+    blocks = tmp_path / "cache" / "blocks"
+    with caplog.at_level("WARNING", logger="streamload.remote"):
+        assert bytes(store.read(RemoteObject(url, len(data), ""), 100, 300)) == data[100:300]
+    assert not blocks.exists() or not any(blocks.rglob("*"))
+    assert "has no version" in caplog.text and url in caplog.text
+    assert bytes(store.read(RemoteObject(url, len(data), "v1"), 100, 300)) == data[100:300]
+    assert [p for p in blocks.rglob("*") if p.is_file()]  # versioned pieces are cached
