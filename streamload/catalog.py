@@ -18,7 +18,6 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import posixpath
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 from streamload.config import DataConfig, SourceConfig
 from streamload.config.source import OnError
 from streamload.config.storage import StorageConfig
-from streamload.errors import ConfigError, FormatError
+from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
 from streamload.formats.sniff import describe_shard, folder_dtype
 from streamload.listing import list_source_files, sibling_names
@@ -129,11 +128,14 @@ def describe_source(
 def _describe_remote(
     fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Any]
 ) -> SourceCatalog:
+    fetcher = handle.store().fetcher
+
     def describe(job: tuple[ListedFile, ReadOptions, frozenset[str]]) -> ShardInfo | str:
         listed, options, names = job
         try:
-            info = _with_retries(storage, listed.path, describe_shard, fs, listed,
-                                 source.format.value, options, names)  # fmt: skip
+            # One retry, timeout and counting policy for every remote read (remote/fetch.py).
+            info = fetcher.call(listed.path, "its header", describe_shard, fs, listed,
+                                source.format.value, options, names)  # fmt: skip
         except RemoteReadError as exc:
             if source.on_error is not OnError.SKIP:
                 raise
@@ -159,27 +161,6 @@ def _describe_remote(
         stats.add("skipped_shards")
         stats.skipped(path, reason)
     return SourceCatalog(source, tuple(shards), tuple(skipped))
-
-
-def _with_retries(storage: StorageConfig, path: str, fn: Any, *args: Any) -> Any:
-    """``fn(*args)`` retried on I/O errors (never on FormatError/ConfigError: a corrupt header
-    stays corrupt); missing or denied objects fail at once."""
-    last = ""
-    for attempt in range(storage.retries + 1):
-        if attempt:
-            time.sleep(min(10.0, storage.backoff * 2 ** (attempt - 1)))
-        try:
-            return fn(*args)
-        except (FormatError, ConfigError):
-            raise
-        except (FileNotFoundError, PermissionError) as exc:
-            raise RemoteReadError(f"{path}: cannot read its header: {exc!r}") from exc
-        except Exception as exc:
-            last = f"{type(exc).__name__}: {exc}"
-    raise RemoteReadError(
-        f"{path}: header still unreadable after {storage.retries + 1} attempts; last failure: "
-        f"{last}"
-    )
 
 
 def _url(fs: object, path: str, source: SourceConfig) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from streamload.config.storage import StorageConfig
+from streamload.errors import ConfigError, FormatError
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.stats import RemoteStats
 
@@ -99,6 +100,8 @@ class RangeFetcher:
                     f"{url}: cannot read {what}: {type(exc).__name__}: {exc}; the object is "
                     "missing or not readable with these storage_options"
                 ) from exc
+            except (FormatError, ConfigError):
+                raise  # a corrupt header stays corrupt: never retried
             except _Truncated as exc:
                 last = str(exc)
             except Exception as exc:  # network, server and client errors are retried
