@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+from _tokenizer import train_bpe
 
 from streamload.catalog import describe_source
 from streamload.cli.main import main
@@ -32,20 +33,8 @@ def sentences(n: int, seed: int) -> list[str]:
 @pytest.fixture(scope="module")
 def tokenizer_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A 300-id byte-level BPE trained in well under a second (EOS = 0, BOS = 1)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|bos|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(sentences(300, 0), trainer)
     path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
+    train_bpe(path, sentences(300, 0))
     return str(path)
 
 

@@ -53,20 +53,11 @@ def texts(n: int, seed: int) -> list[str]:
 
 
 def train_tokenizer(path: Path) -> None:
-    """A 300-id byte-level BPE; special tokens first so their ids are 0 and 1."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """The goldens' tokenizer (``tests/_tokenizer.py``) trained on 400 of :func:`texts`."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
+    from _tokenizer import train_bpe
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=["<|endoftext|>", "<|bos|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(texts(400, 0), trainer)
-    tok.save(str(path))
+    train_bpe(path, texts(400, 0))
 
 
 def write_inputs(folder: Path) -> None:
