@@ -100,8 +100,8 @@ class RangeFetcher:
                     f"{url}: cannot read {what}: {type(exc).__name__}: {exc}; the object is "
                     "missing or not readable with these storage_options"
                 ) from exc
-            except (FormatError, ConfigError):
-                raise  # a corrupt header stays corrupt: never retried
+            except (FormatError, ConfigError, RemoteReadError):
+                raise  # a corrupt header stays corrupt; a nested read already retried
             except _Truncated as exc:
                 last = str(exc)
             except Exception as exc:  # network, server and client errors are retried

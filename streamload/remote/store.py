@@ -36,7 +36,6 @@ from typing import Any, ClassVar
 import fsspec
 import numpy as np
 
-from streamload.config.storage import WindowReads
 from streamload.errors import FormatError
 from streamload.listing import object_version
 from streamload.remote.block_cache import DiskBlockCache
@@ -129,31 +128,6 @@ class RemoteStore:
         self.stats.add("evicted_blocks", count)
 
     # -- pieces ----------------------------------------------------------------------------
-    def pieces(self, obj: RemoteObject, start: int, end: int) -> list[tuple[int, int]]:
-        """The cached pieces that hold bytes ``[start, end)`` of a token file: the whole file
-        when it is at most ``storage.whole_shard_size``, else the aligned blocks holding the
-        range (``storage.window_reads = "blocks"``) or exactly the range."""
-        if end <= start:
-            return []
-        if obj.size <= self.config.whole_shard_size:
-            return [(0, obj.size)]
-        if self.config.window_reads is WindowReads.BLOCKS:
-            return self.blocks(obj, start, end)
-        return [(start, end)]
-
-    def blocks(self, obj: RemoteObject, start: int, end: int) -> list[tuple[int, int]]:
-        """Aligned blocks of ``storage.block_size`` holding bytes ``[start, end)`` (used for
-        files parsed piecewise, e.g. a header and an index at the end)."""
-        if end <= start:
-            return []
-        if obj.size <= self.config.whole_shard_size:
-            return [(0, obj.size)]
-        size = self.config.block_size
-        return [
-            (i * size, min((i + 1) * size, obj.size))
-            for i in range(start // size, (end - 1) // size + 1)
-        ]
-
     def schedule(
         self, obj: RemoteObject, pieces: Sequence[tuple[int, int]], *, disk_inline: bool = False
     ) -> list[bytes | concurrent.futures.Future[bytes]]:
@@ -290,7 +264,10 @@ class RemoteStore:
         Raises:
             RemoteReadError: the object stayed unreadable; RemoteStallError: it stalled.
         """
-        pieces = self.blocks(obj, start, end) if aligned else self.pieces(obj, start, end)
+        if end <= start:
+            return b""
+        one = np.array([start], dtype=np.int64), np.array([end], dtype=np.int64)
+        pieces = self.layout(obj, *one, blocks=aligned).pieces
         items = self.schedule(obj, pieces, disk_inline=True)
         parts = []
         for (lo, _), item in zip(pieces, items, strict=True):
@@ -301,13 +278,15 @@ class RemoteStore:
             return b""
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def layout(self, obj: RemoteObject, starts: np.ndarray, ends: np.ndarray) -> PieceLayout:
-        """The pieces holding byte ranges ``[starts[i], ends[i])`` of a token file (see
-        :mod:`streamload.remote.layout`)."""
+    def layout(
+        self, obj: RemoteObject, starts: np.ndarray, ends: np.ndarray, *, blocks: bool = False
+    ) -> PieceLayout:
+        """The pieces holding byte ranges ``[starts[i], ends[i])`` of ``obj``
+        (:mod:`streamload.remote.layout`): by ``storage.window_reads``, or aligned blocks
+        (``blocks``: files parsed piecewise, e.g. a header and an index at the end)."""
         cfg = self.config
-        return piece_layout(
-            obj.size, starts, ends, cfg.window_reads.value, cfg.block_size, cfg.whole_shard_size
-        )
+        reads = "blocks" if blocks else cfg.window_reads.value
+        return piece_layout(obj.size, starts, ends, reads, cfg.block_size, cfg.whole_shard_size)
 
     def read_many(self, obj: RemoteObject, starts: np.ndarray, ends: np.ndarray) -> list[Any]:
         """Bytes ``[starts[i], ends[i])`` of ``obj`` for every ``i`` (the token windows of one
