@@ -133,27 +133,23 @@ class ShardSet:
             base = int(self.offsets[sid])
             lo = np.clip(starts[rows] - base, 0, info.num_tokens)
             hi = np.clip(ends[rows] - base, 0, info.num_tokens)
-            size = np.dtype(info.dtype).itemsize
             keep = hi > lo
-            info.storage.store().prefetch(
-                RemoteObject(info.path, info.size, info.version),
-                info.offset + lo[keep] * size,
-                info.offset + hi[keep] * size,
-            )
+            self._prefetch_tokens(sid, lo[keep], hi[keep])
 
     def prefetch_pieces(self, shard_ids: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
         """Start fetching tokens ``[starts[i], starts[i] + sizes[i])`` of shard
         ``shard_ids[i]`` (offsets inside the shard; pieces never cross a shard end)."""
         for sid in np.unique(shard_ids).tolist():
-            info = self.shards[sid]
-            if not info.is_remote:
-                continue
-            rows = shard_ids == sid
-            first = info.offset + starts[rows] * np.dtype(info.dtype).itemsize
-            obj = RemoteObject(info.path, info.size, info.version)
-            info.storage.store().prefetch(
-                obj, first, first + sizes[rows] * np.dtype(info.dtype).itemsize
-            )
+            if self.shards[sid].is_remote:
+                rows = shard_ids == sid
+                self._prefetch_tokens(sid, starts[rows], starts[rows] + sizes[rows])
+
+    def _prefetch_tokens(self, sid: int, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Start fetching tokens ``[lo[i], hi[i])`` of remote shard ``sid``."""
+        info = self.shards[sid]
+        size = np.dtype(info.dtype).itemsize
+        obj = RemoteObject(info.path, info.size, info.version)
+        info.storage.store().prefetch(obj, info.offset + lo * size, info.offset + hi * size)
 
     @property
     def num_tokens(self) -> int:
