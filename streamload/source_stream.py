@@ -73,6 +73,12 @@ class SourceStream:
         ids = np.asarray(local, dtype=np.int64)
         return self.layout.starts(self.order.window_ids(0, ids.ravel())).reshape(ids.shape)
 
+    def prefetch(self, local: np.ndarray) -> None:
+        """Start fetching the windows of source-local samples from remote shards (the
+        planner's lookahead, :mod:`streamload.remote.prefetch`); a no-op for local shards."""
+        if self.shards.remote:
+            self.shards.prefetch(self.window_starts(local), self.seq_len + 1)
+
     def read(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens ``[n, seq_len + 1]`` (file dtype) and window stream offsets ``[n]``."""
         starts = self.window_starts(np.asarray(local).ravel())

@@ -32,19 +32,8 @@ def prefetch_plan(stream: SampleStream, plan: ChunkPlan) -> None:
     local = plan.local_ids.ravel()
     for index in np.unique(src).tolist():
         source = stream.sources[index]
-        if not source.shards.remote:
-            continue
-        own = getattr(source, "prefetch", None)
-        if callable(own):  # a source that knows its own pieces (Megatron sampling)
-            own(local[src == index])
-        else:
-            starts = source.window_starts(local[src == index])
-            source.shards.prefetch(starts, stream.seq_len + 1)
-
-
-def _can_prefetch(source: object) -> bool:
-    """Whether the planner can map a source's samples to byte ranges."""
-    return any(callable(getattr(source, name, None)) for name in ("window_starts", "prefetch"))
+        if source.shards.remote:
+            source.prefetch(local[src == index])
 
 
 class Lookahead:
@@ -75,15 +64,7 @@ class Lookahead:
         chunk_batches: int = 1,
     ) -> None:
         self.stream = stream
-        remote = (
-            batches > 0
-            and any(s.shards.remote for s in stream.sources)
-            and all(
-                callable(getattr(s, "window_starts", None))
-                or callable(getattr(s, "prefetch", None))
-                for s in stream.sources
-            )
-        )
+        remote = batches > 0 and any(s.shards.remote for s in stream.sources)
         self.batches = max(batches, chunk_batches) if remote else 0
         if self.batches:  # the lookahead covers every chunk: readers need not start fetches
             for source in stream.sources:
