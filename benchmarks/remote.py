@@ -31,12 +31,13 @@ import tempfile
 import time
 import uuid
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from _common import add_common_args, emit, machine_info, median
-from _servers import ProxyProcess, s3_server
+from _servers import S3RVER_BIN, ProxyProcess, s3_server
 
 import streamload
 
@@ -198,6 +199,39 @@ def first_batch_rows(args: argparse.Namespace, server: Any, work: Path) -> list[
     return rows
 
 
+def _cat_range(fs: Any, path: str, span: tuple[int, int]) -> bytes:
+    return bytes(fs.cat_file(path, start=span[0], end=span[1]))
+
+
+def client_rows(args: argparse.Namespace) -> list[dict]:
+    """Per server: one 8 KiB range GET through s3fs (wall and this process's CPU, serially),
+    and 4 MiB range GETs 16 at a time (MB/s): what bounds exact and block reads."""
+    import s3fs
+
+    rows = []
+    kinds = ["s3rver", "moto"] if S3RVER_BIN.exists() else ["moto"]
+    for kind in kinds:
+        with s3_server(kind) as server:
+            server.client().create_bucket(Bucket="probe")
+            fs = s3fs.S3FileSystem(**server.storage_options())
+            fs.pipe("probe/x.bin", np.random.default_rng(0).bytes(64 << 20))
+            fs.cat_file("probe/x.bin", start=0, end=8192)  # connect once
+            count = args.probe_requests
+            wall, cpu = time.perf_counter(), time.process_time()
+            for i in range(count):
+                fs.cat_file("probe/x.bin", start=i * 57_344, end=i * 57_344 + 8192)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            began = time.perf_counter()
+            blocks = [((i % 16) << 22, ((i % 16) + 1) << 22) for i in range(64)]
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                read = partial(_cat_range, fs, "probe/x.bin")
+                list(pool.map(read, blocks))
+            mbs = (64 << 22) / 1e6 / (time.perf_counter() - began)
+            rows.append({"server": server.name, "wall": 1000 * wall / count,
+                         "cpu": 1000 * cpu / count, "mbs": mbs})  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     add_common_args(parser)
@@ -214,6 +248,9 @@ def main() -> None:
     parser.add_argument("--shuffle-block", type=int, default=4096, help="windows per block")
     parser.add_argument("--block-size", type=int, default=4 << 20, help="bytes per read block")
     parser.add_argument("--memory-size", type=int, default=64 << 20, help="memory LRU bytes")
+    parser.add_argument("--parts", default="throughput,client,listing",
+                        help="comma-separated: throughput, client, listing")  # fmt: skip
+    parser.add_argument("--probe-requests", type=int, default=200, help="serial GETs (client)")
     parser.add_argument("--many-shards", type=int, default=10_000)
     parser.add_argument("--many-tokens", type=int, default=1000, help="tokens per small shard")
     parser.set_defaults(shard_tokens=4_000_000, repeats=1)
@@ -221,6 +258,32 @@ def main() -> None:
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     warnings.filterwarnings("ignore", "each pass")  # the dropped partial batch is expected
     machine = machine_info()
+    parts = set(args.parts.split(","))
+    if "throughput" in parts:
+        throughput_part(args, machine)
+    if "client" in parts:
+        emit(
+            args,
+            "Remote storage: what one s3fs client gets from each loopback S3 server",
+            client_rows(args),
+            [
+                ("server", "server", ""),
+                ("wall", "8 KiB range GET ms (serial)", ".2f"),
+                ("cpu", "client CPU ms per GET", ".2f"),
+                ("mbs", "4 MiB GETs x16 MB/s", ".0f"),
+            ],
+            [
+                f"s3fs cat_file on a 64 MiB object: {args.probe_requests} serial 8 KiB ranges "
+                "(wall and this process's CPU per request, the server in its own process), "
+                "then 64 ranges of 4 MiB on 16 threads."
+            ],
+            machine,
+        )
+    if "listing" in parts:
+        listing_part(args, machine)
+
+
+def throughput_part(args: argparse.Namespace, machine: Any) -> None:
     server = s3_server(args.server)
     with tempfile.TemporaryDirectory() as tmp, server:
         work = Path(tmp)
@@ -255,6 +318,9 @@ def main() -> None:
             ],
             machine,
         )
+
+
+def listing_part(args: argparse.Namespace, machine: Any) -> None:
     # s3rver 3.7.1 answers InternalError to a listing past its first page of 1000 keys, so the
     # listing benchmark runs against moto.
     with tempfile.TemporaryDirectory() as tmp, s3_server("moto") as server:
