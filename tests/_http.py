@@ -27,10 +27,18 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
 
 class _RangeHandler(SimpleHTTPRequestHandler):
-    """Static files with single-range ``Range: bytes=a-b`` support (206 + Content-Range)."""
+    """Static files with single-range ``Range: bytes=a-b`` support (206 + Content-Range) and
+    an ``ETag`` on every answer (``If-Match`` is ignored, as some servers do)."""
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def end_headers(self) -> None:
+        path = self.translate_path(self.path)
+        if os.path.isfile(path):  # an entity tag like nginx's (mtime and size); If-Match ignored
+            stat = os.stat(path)
+            self.send_header("ETag", f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"')
+        super().end_headers()
 
     def send_head(self) -> Any:
         match = _RANGE.match(self.headers.get("Range", ""))

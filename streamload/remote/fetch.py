@@ -11,14 +11,17 @@ throttling, truncated bodies) is retried ``storage.retries`` times, the wait dou
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import random
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from streamload.config.storage import StorageConfig
+from streamload.config.storage import RangeClient, StorageConfig
 from streamload.errors import ConfigError, FormatError
 from streamload.remote.errors import RemoteReadError
+from streamload.remote.handle import RemoteObject
+from streamload.remote.http_client import HttpRangeClient, SignatureRefused
 from streamload.remote.stats import RemoteStats
 
 __all__ = ["MAX_BACKOFF", "PERMANENT_ERRORS", "RangeFetcher"]
@@ -29,31 +32,41 @@ PERMANENT_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotAD
 """Errors no retry can fix (fsspec maps 404 and 403 to the first two)."""
 
 T = TypeVar("T")
+_LOG = logging.getLogger("streamload.remote")
 
 
 class RangeFetcher:
     """Byte ranges and metadata of remote objects, through one fsspec file system.
 
     Args:
-        fs: The fsspec file system.
+        fs: The fsspec file system (metadata; ranges too when there is no ``http`` client).
         config: Timeouts, retries, backoff and concurrency.
         stats: Where requests, retries and faults are counted.
+        http: The pooled HTTP client for ranges (:mod:`streamload.remote.http_client`).
     """
 
-    def __init__(self, fs: Any, config: StorageConfig, stats: RemoteStats) -> None:
+    def __init__(
+        self,
+        fs: Any,
+        config: StorageConfig,
+        stats: RemoteStats,
+        http: HttpRangeClient | None = None,
+    ) -> None:
         self.fs = fs
         self.config = config
         self.stats = stats
+        self.http = http
         # Twice the concurrency: abandoned (timed-out) requests may still hold a thread.
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=2 * config.max_concurrency, thread_name_prefix="streamload-request"
         )
 
-    def fetch(self, url: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``url``; a shorter answer counts as a failed attempt.
+    def fetch(self, obj: RemoteObject, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``obj``; a shorter answer counts as a failed attempt.
 
         Raises:
-            RemoteReadError: the object is missing or denied, or every attempt failed.
+            RemoteReadError: the object is missing, denied or changed, or every attempt failed.
+            ConfigError: ``storage.client = "http"`` and the store refused a presigned URL.
         """
         what = f"bytes [{start}, {end})"
 
@@ -64,7 +77,32 @@ class RangeFetcher:
             self.stats.add("bytes", len(data))
             return bytes(data)
 
-        return self.call(url, what, self.fs.cat_file, url, start=start, end=end, check=check)
+        return self.call(obj.url, what, self._range, obj, start, end, check=check)
+
+    def _range(self, obj: RemoteObject, start: int, end: int) -> bytes:
+        http = self.http
+        if http is not None:
+            try:
+                return http.get(obj, start, end)
+            except SignatureRefused as exc:
+                self._refused(obj, exc)
+        return self.fs.cat_file(obj.url, start=start, end=end)
+
+    def _refused(self, obj: RemoteObject, exc: SignatureRefused) -> None:
+        """A presigned GET was refused: an error under ``client = "http"``; under ``"auto"``
+        this storage reads through fsspec from now on (one warning)."""
+        if self.config.client is not RangeClient.AUTO:
+            raise ConfigError(
+                f"{obj.url}: storage.client = 'http' but {exc}; use 'auto' or 'fsspec'"
+            ) from exc
+        if self.http is not None:
+            self.http = None
+            _LOG.warning(
+                "streamload: %s: presigned range GETs refused (%s); this storage reads through "
+                "fsspec from now on (storage.client = 'fsspec' skips the attempt)",
+                obj.url,
+                exc,
+            )
 
     def info(self, url: str) -> dict[str, Any]:
         """The file system's ``info`` of ``url`` (size, ETag...), with retries."""
@@ -115,6 +153,8 @@ class RangeFetcher:
     def close(self) -> None:
         """Stop accepting requests (running ones finish in the background)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.http is not None:
+            self.http.close()
 
 
 class _Truncated(Exception):

@@ -42,6 +42,7 @@ from streamload.remote.block_cache import DiskBlockCache
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.fetch import RangeFetcher
 from streamload.remote.handle import RemoteObject, StorageHandle
+from streamload.remote.http_client import http_client_for
 from streamload.remote.layout import PieceLayout, piece_layout
 from streamload.remote.stats import RemoteStats
 from streamload.remote.watchdog import wait_watched
@@ -109,7 +110,8 @@ class RemoteStore:
         self.config = cfg = handle.config
         self.stats = RemoteStats()
         self.fs = fsspec.filesystem(handle.protocol, **handle.options)
-        self.fetcher = RangeFetcher(self.fs, cfg, self.stats)
+        http = http_client_for(self.fs, handle.protocol, handle.options, cfg)
+        self.fetcher = RangeFetcher(self.fs, cfg, self.stats, http)
         self.disk = (
             DiskBlockCache(cfg.cache_root, cfg.cache_size, self._evicted)
             if cfg.cache_size
@@ -202,7 +204,7 @@ class RemoteStore:
                     todo.append(piece)
             for part in _runs(todo, self.config.coalesce_gap):
                 start, end = part[0][0], max(p[1] for p in part)
-                data = self.fetcher.fetch(obj.url, start, end)
+                data = self.fetcher.fetch(obj, start, end)
                 for piece in part:
                     lo, hi, key, future = piece
                     block = data[lo - start : hi - start]
@@ -398,7 +400,7 @@ class RemoteStore:
         with contextlib.suppress(OSError):
             if os.path.getsize(path) == size:
                 return path
-        data = self.fetcher.fetch(url, 0, size) if size else b""
+        data = self.fetcher.fetch(obj, 0, size) if size else b""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
