@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,9 +36,12 @@ class TokenChunk:
         starts: Stream offset of each window in its source, int64 ``[batches * batch_size]``.
         doc_starts: Document starts ``[batches * batch_size, seq_len + 1]`` (from a format's
             index or EOS), or ``None`` when masks are off.
+        skipped_rows: Rows skipped under ``on_error = "skip"`` (their bytes stayed
+            unreadable; their tokens are zeros), int64 row indices into ``tokens``.
     """
 
     plan: ChunkPlan
     tokens: np.ndarray
     starts: np.ndarray
     doc_starts: np.ndarray | None = None
+    skipped_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))

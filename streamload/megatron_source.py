@@ -8,6 +8,10 @@ has no sequences and is rejected.
 Reading a chunk is one gather: every sample spans a run of document-index positions; the
 pieces (one per position) are listed with ``np.repeat`` and their tokens copied by one fancy
 index per shard touched, never a Python loop over samples.
+
+Remote shards are read as the runs of consecutive tokens the samples need. Under
+``on_error = "skip"`` a sample with a piece that stays unreadable is delivered in place with
+zero tokens (its labels masked by the reader); the rest of the chunk is unchanged.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import numpy as np
 
 from streamload.catalog import SourceCatalog
 from streamload.errors import ConfigError, FormatError
-from streamload.ops.gather import ShardSet
+from streamload.ops.gather import ShardSet, skip_unreadable
 from streamload.plan.megatron import GPTIndices
+from streamload.remote.errors import RemoteReadError
 
 __all__ = ["PAD_TOKEN", "MegatronSource"]
 
@@ -43,14 +48,6 @@ class MegatronSource:
             raise ConfigError(
                 f"source {self.name!r}: sampling.mode = 'megatron' reads token files; "
                 f"{jsonl[0]} is a jsonl file (pre-tokenize it with streamload tokenize)"
-            )
-        skip = [s.path for s in catalog.shards if s.is_remote and s.storage.on_error == "skip"]
-        if skip:
-            # A sample spans pieces of several documents; zero-filling one in place is not
-            # wired in this mode, so an unreadable piece must stop the job, never be guessed.
-            raise ConfigError(
-                f"source {self.name!r}: on_error = 'skip' is not supported with sampling.mode "
-                f"= 'megatron' ({skip[0]}); use on_error = 'raise'"
             )
         bounds = [self._bounds(i) for i in range(len(catalog.shards))]
         self.shard_of_sequence = np.repeat(
@@ -99,8 +96,9 @@ class MegatronSource:
         self.extra = extra
         self.num_windows = max(1, (tokens_per_epoch - extra) // seq_len)
 
-    def read(self, local: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-        """The ``text`` of GPTDataset samples ``local``, ``[n, width]``, and each row's length.
+    def read(self, local: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ``text`` of GPTDataset samples ``local``, ``[n, width]``, each row's length, and
+        the rows skipped under ``on_error = "skip"`` (zeros; int64 row indices).
 
         Rows shorter than ``width`` (the padded last sample) are filled with
         :data:`PAD_TOKEN`; the array is int64 then, else the shards' dtype.
@@ -116,12 +114,21 @@ class MegatronSource:
         target = np.repeat(row * width + in_row, size) + step
         padded = bool((lengths < width).any())
         out = np.full((n, width), PAD_TOKEN, np.int64) if padded else None
-        flat = self._gather(source, np.repeat(self.shard_of_sequence[sequence], size))
+        flat, failed, culprit = self._gather(
+            source, np.repeat(self.shard_of_sequence[sequence], size)
+        )
         if out is None:
             out = flat.reshape(n, width)
         else:
             out.reshape(-1)[target] = flat
-        return out, lengths
+        skipped = np.zeros(0, dtype=np.int64)
+        if failed is not None and culprit is not None:
+            skipped = np.unique(np.repeat(row, size)[failed])
+            out[skipped] = 0
+            storage = self.shards.shards[culprit].storage  # named it; now count the samples
+            assert storage is not None
+            storage.store().stats.add("skipped_samples", int(skipped.size))
+        return out, lengths, skipped
 
     def _pieces(self, local: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per sample its piece count; per piece (one per document-index position the sample
@@ -154,41 +161,61 @@ class MegatronSource:
         begin = self.sequence_starts[sequence] + start - self.shards.offsets[shard_ids]
         self.shards.prefetch_pieces(shard_ids, begin, size)
 
-    def _gather(self, offsets: np.ndarray, shard_ids: np.ndarray) -> np.ndarray:
-        """Tokens at source stream offsets (pieces never cross shards)."""
+    def _gather(
+        self, offsets: np.ndarray, shard_ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None, int | None]:
+        """Tokens at source stream offsets (pieces never cross shards); under ``on_error =
+        "skip"`` also which of them stayed unreadable (zeros) and the first shard that failed
+        (else ``None, None``)."""
         shards = self.shards
         out = np.empty(offsets.shape[0], dtype=shards.dtype)
+        failed: np.ndarray | None = None
+        culprit: int | None = None
         touched = np.unique(shard_ids).tolist() if len(shards.shards) > 1 else [0]
         for sid in touched:
             where = slice(None) if len(touched) == 1 else shard_ids == sid
             local = offsets[where] - shards.offsets[sid]
             if local.size == 0:
                 continue
-            shard = shards.shard(sid)
-            array = getattr(shard, "remote_array", None)
-            if array is not None:  # remote: only the pieces, all requested at once
-                out[where] = _read_runs(array, local)
-                continue
-            low, high = int(local.min()), int(local.max()) + 1
-            out[where] = shard.tokens(low, high)[local - low]
-        return out
+            try:
+                shard = shards.shard(sid)
+                array = getattr(shard, "remote_array", None)
+                if array is None:
+                    low, high = int(local.min()), int(local.max()) + 1
+                    out[where] = shard.tokens(low, high)[local - low]
+                    continue
+                tokens, bad, error = _read_runs(array, local)  # only the pieces, together
+            except RemoteReadError as exc:  # the shard could not be opened
+                tokens, bad, error = np.zeros(local.shape[0], out.dtype), None, exc
+            out[where] = tokens
+            if error is not None:
+                skip_unreadable(shards.shards[sid], error, samples=0)  # raises unless "skip"
+                failed = np.zeros(offsets.shape[0], dtype=bool) if failed is None else failed
+                failed[where] = True if bad is None else bad
+                culprit = sid if culprit is None else culprit
+        return out, failed, culprit
 
 
-def _read_runs(array: Any, local: np.ndarray) -> np.ndarray:
+def _read_runs(
+    array: Any, local: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None, RemoteReadError | None]:
     """Tokens at shard offsets ``local`` of a remote token array, read as the runs of
     consecutive offsets they form (one range each, scheduled together; the store coalesces
-    near neighbours).
-
-    Raises:
-        RemoteReadError: a run stayed unreadable (named by the store).
-    """
+    near neighbours); when a run stayed unreadable, it is zero-filled and the mask of those
+    tokens and the first error (naming the object) come too (else ``None, None``)."""
     cut = np.flatnonzero(np.diff(local) != 1) + 1
     first = local[np.concatenate([[0], cut])]
     count = np.diff(np.concatenate([[0], cut, [local.shape[0]]]))
     size = array.dtype.itemsize
     begin = array.offset + first * size
     got = array.store.read_many(array.obj, begin, begin + count * size)
-    for item in got:
-        if isinstance(item, Exception):
-            raise item
-    return np.concatenate([np.frombuffer(item, array.dtype) for item in got])
+    errors = [item for item in got if isinstance(item, RemoteReadError)]
+    if not errors:
+        return np.concatenate([np.frombuffer(item, array.dtype) for item in got]), None, None
+    lost = [isinstance(item, RemoteReadError) for item in got]
+    parts = [
+        np.zeros(n, array.dtype) if miss else np.frombuffer(item, array.dtype)
+        for item, n, miss in zip(got, count.tolist(), lost, strict=True)
+    ]
+    bad = np.repeat(np.array(lost), count)
+    return np.concatenate(parts), bad, errors[0]

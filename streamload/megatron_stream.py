@@ -255,16 +255,24 @@ class MegatronStream(SampleStream):
 
         ``documents`` is ignored: masks find documents by EOD, as Megatron does.
         """
-        text = self._text(plan.sources.ravel(), plan.local_ids.ravel(), plan.sample_ids.ravel())
+        ids = plan.sample_ids.ravel()
+        text, skipped = self._text(plan.sources.ravel(), plan.local_ids.ravel(), ids)
         if not self.extra:  # the rolled label past the end is Megatron's pad
             pad = np.full((text.shape[0], 1), PAD_TOKEN, dtype=np.int64)
             text = np.concatenate([text.astype(np.int64), pad], axis=1)
-        return TokenChunk(plan, text, plan.sample_ids.ravel().astype(np.int64), None)
+        return TokenChunk(plan, text, ids.astype(np.int64), None, skipped)
 
-    def _text(self, src: np.ndarray, local: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    def _text(
+        self, src: np.ndarray, local: np.ndarray, ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows of samples ``local`` of sources ``src``, and the rows skipped under
+        ``on_error = "skip"`` (zeros)."""
         width = self.seq_len + self.extra
         rows = {d: np.flatnonzero(src == d) for d in np.unique(src).tolist()}
-        parts = {d: self._sources[d].read(local[r], width)[0] for d, r in rows.items()}
+        parts, skipped = {}, [np.zeros(0, dtype=np.int64)]
+        for d, r in rows.items():
+            parts[d], _, bad = self._sources[d].read(local[r], width)
+            skipped.append(r[bad])
         if len(parts) == 1:
             out = next(iter(parts.values()))
         else:
@@ -273,7 +281,7 @@ class MegatronStream(SampleStream):
             for d, part in parts.items():
                 out[rows[d]] = part
         self._check_tokens(out, ids)
-        return out
+        return out, np.sort(np.concatenate(skipped))
 
     def _check_tokens(self, text: np.ndarray, ids: np.ndarray) -> None:
         vocab = self.config.vocab_size
@@ -292,7 +300,7 @@ class MegatronStream(SampleStream):
         """Megatron's ``text`` (int64 ``[n, seq_len + extra]``, pad -1) of global sample ids."""
         ids = np.asarray(samples, dtype=np.int64).ravel()
         src, local = self.locate(pass_index, ids)
-        return self._text(src, local, ids).astype(np.int64), ids
+        return self._text(src, local, ids)[0].astype(np.int64), ids
 
     def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
         """The global sample ids themselves (Megatron samples are not stream windows)."""

@@ -11,10 +11,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from _s3 import S3Server
 
-from streamload import ConfigError, build_loader
+from streamload import build_loader
 from streamload.convert import open_writer
+from streamload.remote.errors import RemoteReadError
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
 
 pytest.importorskip("moto.server")
@@ -103,12 +105,44 @@ def test_remote_megatron_resumes_on_the_local_copy(
     )
 
 
-def test_skip_is_refused_in_megatron_mode(s3: tuple[S3Server, str], tmp_path: Path) -> None:
-    server, url = s3
-    cfg = config(url, tmp_path, server.storage_options())
-    cfg["sources"][0]["on_error"] = "skip"
-    with pytest.raises(ConfigError, match="on_error = 'skip' is not supported"):
-        build_loader(cfg, batch_size=4)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_unreadable_object_is_skipped_and_counted(
+    data: Path, s3: tuple[S3Server, str], tmp_path: Path, workers: int
+) -> None:
+    """B's ``.bin`` is deleted after start-up: by default the loader names it; with
+    ``on_error = "skip"`` B's samples come in place with zero tokens and no loss, A's are
+    exactly the local copy's, and the count and the object are in ``stats()``."""
+    server, _ = s3
+    url = server.upload_folder(data, "corpora", uuid.uuid4().hex[:12])
+    weights = (0.7, 0.3)
+    local = batches(config(str(data), tmp_path / "local", weights=weights))
+    bucket, prefix = url.removeprefix("s3://").split("/", 1)
+    strict = config(url, tmp_path / "strict", server.storage_options(), weights=weights)
+    cfg = config(url, tmp_path / "skip", server.storage_options(), weights=weights)
+    cfg["sources"][1]["on_error"] = "skip"
+    with (
+        build_loader(strict, batch_size=4, num_workers=workers) as raising,
+        build_loader(cfg, batch_size=4, num_workers=workers) as loader,
+    ):
+        server.client().delete_object(Bucket=bucket, Key=f"{prefix}/B/b.bin")
+        with pytest.raises(RemoteReadError, match=rf"{url}/B/b\.bin"):
+            list(raising)
+        remote = list(loader)
+        stats = loader.stats()["storage"]["B"]
+        stream = loader.stream
+    skipped = 0
+    for want, got in zip(local, remote, strict=True):
+        lost = (got["labels"] == -100).all(dim=-1)
+        from_b = torch.from_numpy(stream.locate(0, want["sample_index"].numpy())[0] == 1)
+        assert torch.equal(lost, from_b), "exactly B's samples are skipped"
+        assert torch.equal(got["sample_index"], want["sample_index"])
+        for key in ("input_ids", "labels", "position_ids"):
+            assert torch.equal(got[key][~lost], want[key][~lost]), key
+        assert not got["input_ids"][lost].any()
+        skipped += int(lost.sum())
+    assert len(remote) == len(local) and skipped > 0
+    assert stats["skipped_samples"] == skipped
+    assert f"{url}/B/b.bin" in stats["skipped"]
 
 
 def test_lookahead_prefetches_megatron_pieces(

@@ -99,9 +99,10 @@ def test_padded_last_sample_of_the_valid_split(prefixes: dict[str, str]) -> None
         load_config(config_of("gpt_split_valid_keep_last", prefixes, num_samples=count - 1))
     )
     source = stream._sources[0]  # type: ignore[attr-defined]
-    text, lengths = source.read(np.arange(count), stream.seq_len + 1)
+    text, lengths, skipped = source.read(np.arange(count), stream.seq_len + 1)
     np.testing.assert_array_equal(text, arrays["text"])
     assert (text == -1).any() and (lengths < stream.seq_len + 1).sum() == 1
+    assert skipped.size == 0
 
 
 def test_cli_samples_reproduce_the_golden(prefixes: dict[str, str], tmp_path: Path) -> None:

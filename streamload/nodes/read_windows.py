@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -12,29 +12,17 @@ from streamload.nodes._map import MapStage
 from streamload.nodes.types import ChunkPlan, TokenChunk
 from streamload.stream import SampleStream
 
-__all__ = ["IGNORE_INDEX", "ReadChunk", "ReadWindows", "WindowReader", "mask_skipped"]
+__all__ = ["IGNORE_INDEX", "ReadWindows", "WindowReader", "mask_skipped"]
 
 IGNORE_INDEX = -100
 """Label of a sample skipped under ``on_error = "skip"`` (PyTorch's cross-entropy ignores it)."""
 
 
-@dataclass(frozen=True)
-class ReadChunk(TokenChunk):
-    """A token chunk and the rows skipped under ``on_error = "skip"`` (their bytes stayed
-    unreadable; their tokens are zeros).
-
-    Args:
-        skipped_rows: Row indices into ``tokens``, int64.
-    """
-
-    skipped_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-
-
 def mask_skipped(batch: dict[str, Any], chunk: TokenChunk) -> dict[str, Any]:
     """Set every label of the chunk's skipped rows to ``IGNORE_INDEX`` (so they add no loss;
     the samples keep their index, so order and resumption are unchanged)."""
-    rows = getattr(chunk, "skipped_rows", None)
-    if rows is not None and rows.size:
+    rows = chunk.skipped_rows
+    if rows.size:
         labels = batch["labels"]
         labels.view(-1, labels.shape[-1])[rows] = IGNORE_INDEX
     return batch
@@ -67,9 +55,7 @@ class WindowReader:
                 skipped |= (src == index) & np.isin(chunk.starts, starts)
         if not skipped.any():
             return chunk
-        return ReadChunk(
-            chunk.plan, chunk.tokens, chunk.starts, chunk.doc_starts, np.flatnonzero(skipped)
-        )
+        return replace(chunk, skipped_rows=np.flatnonzero(skipped))
 
 
 class ReadWindows(MapStage[ChunkPlan, TokenChunk]):

@@ -33,11 +33,24 @@ from streamload.ops.masks import starts_from_offsets
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.store import RemoteObject, StorageHandle
 
-__all__ = ["MAX_OPEN_SHARDS", "ShardSet"]
+__all__ = ["MAX_OPEN_SHARDS", "ShardSet", "skip_unreadable"]
 
 _LOG = logging.getLogger("streamload.remote")
 MAX_OPEN_SHARDS = 256
 """Shards kept mapped per process; older ones are unmapped (each map holds a file handle)."""
+
+
+def skip_unreadable(info: ShardInfo, exc: RemoteReadError, samples: int) -> None:
+    """Raise ``exc`` unless ``info``'s source has ``on_error = "skip"``; then count
+    ``samples`` skipped samples, name the object in ``stats()`` and log a warning (the caller
+    zero-fills the samples and masks their labels)."""
+    storage = info.storage
+    if storage is None or storage.on_error != "skip":
+        raise exc
+    stats = storage.store().stats
+    stats.add("skipped_samples", samples)
+    stats.skipped(info.path, str(exc))
+    _LOG.warning("streamload: skipping samples of %s (on_error = 'skip'): %s", info.path, exc)
 
 
 def _with_storage(info: ShardInfo, storage: StorageConfig | None) -> ShardInfo:
@@ -246,15 +259,8 @@ class ShardSet:
         return done
 
     def _skip_or_raise(self, sid: int, exc: RemoteReadError, start: int, row: np.ndarray) -> None:
-        storage = self.shards[sid].storage
-        if storage is None or storage.on_error != "skip":
-            raise exc
+        skip_unreadable(self.shards[sid], exc, samples=1)
         row[:] = 0
-        stats = storage.store().stats
-        stats.add("skipped_samples")
-        stats.skipped(self.shards[sid].path, str(exc))
-        _LOG.warning("streamload: skipping a sample of %s (on_error = 'skip'): %s",
-                     self.shards[sid].path, exc)  # fmt: skip
         if not hasattr(self._skipped, "starts"):
             self._skipped.starts = []
         self._skipped.starts.append(start)
