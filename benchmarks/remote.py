@@ -9,7 +9,8 @@ request. Nothing leaves the machine.
 Three ways of reading, each compared with the local files read with the same sampling config
 (same batches; each loader fresh; ``--batches`` timed after one warm-up batch):
 
-* ``exact``: uniform shuffle, every window its own byte range (the default);
+* ``exact``: uniform shuffle, every window its own byte range (the default), once per range
+  client (``storage.client``: ``http`` presigned GETs on pooled connections, ``fsspec``);
 * ``blocks``: ``sampling.shuffle_block`` windows per shuffle block and
   ``storage.window_reads = "blocks"``: aligned ``--block-size`` blocks, each fetched once;
 * ``whole``: uniform shuffle, ``storage.whole_shard_size`` above the shard size: each shard
@@ -31,7 +32,7 @@ import tempfile
 import time
 import uuid
 import warnings
-from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,15 @@ from _common import add_common_args, emit, machine_info, median
 from _servers import S3RVER_BIN, ProxyProcess, s3_server
 
 import streamload
+from streamload.config.storage import StorageConfig
+from streamload.listing import object_version
+from streamload.remote.fetch import RangeFetcher
+from streamload.remote.handle import RemoteObject
+from streamload.remote.http_client import http_client_for
+from streamload.remote.stats import RemoteStats
 
-READS = ("exact", "blocks", "whole")
+CASES = (("exact", "http"), ("exact", "fsspec"), ("blocks", "auto"), ("whole", "auto"))
+"""(window_reads, storage.client) of each remote case; local reads run once per window_reads."""
 
 
 def write_corpus(folder: Path, shards: int, tokens: int, seed: int = 0) -> list[Path]:
@@ -86,9 +94,11 @@ def read_config(args: argparse.Namespace, reads: str) -> tuple[dict, dict, int]:
 
 
 def remote_rows(
-    args: argparse.Namespace, base: dict, options: dict, reads: str, step: float, work: Path
-) -> list[dict]:
+    args: argparse.Namespace, base: dict, options: dict, case: tuple[str, str], step: float,
+    work: Path,
+) -> list[dict]:  # fmt: skip
     """Cold and warm rows of one way of reading with these s3fs ``options``."""
+    reads, client = case
     sampling, storage, batches = read_config(args, reads)
     rows = []
     for prefetch in (args.prefetch_batches, 0):
@@ -102,6 +112,7 @@ def remote_rows(
                     "prefetch_batches": prefetch,
                     "max_concurrency": args.max_concurrency,
                     "memory_size": args.memory_size,
+                    "client": client,
                     **storage,
                 },
             }
@@ -110,7 +121,13 @@ def remote_rows(
             warm.append(time_loader(config, args.batch_size, batches, args.workers, step))
         for name, values in (("cold", cold), ("warm", warm)):
             rows.append(
-                {"reads": reads, "prefetch": prefetch, "cache": name, "mtok": median(values) / 1e6}
+                {
+                    "reads": reads,
+                    "client": client,
+                    "prefetch": prefetch,
+                    "cache": name,
+                    "mtok": median(values) / 1e6,
+                }
             )
     return rows
 
@@ -126,7 +143,7 @@ def throughput_rows(args: argparse.Namespace, server: Any, work: Path) -> list[d
     rows = []
     for step in (0.0, args.step_ms / 1000):
         local = {}
-        for reads in READS:
+        for reads in dict.fromkeys(reads for reads, _ in CASES):
             sampling, _, batches = read_config(args, reads)
             config = {**base, "sampling": sampling}
             values = [
@@ -138,10 +155,10 @@ def throughput_rows(args: argparse.Namespace, server: Any, work: Path) -> list[d
             proxy = ProxyProcess(server.endpoint, latency) if latency else None
             endpoint = proxy.endpoint if proxy else server.endpoint
             try:
-                for reads in READS:
+                for case in CASES:
                     options = server.storage_options(endpoint)
-                    for row in remote_rows(args, base, options, reads, step, work):
-                        row.update(step=step * 1000, latency=latency * 1000, local=local[reads])
+                    for row in remote_rows(args, base, options, case, step, work):
+                        row.update(step=step * 1000, latency=latency * 1000, local=local[case[0]])
                         row["ratio"] = row["mtok"] / row["local"]
                         rows.append(row)
                         print(row, file=sys.stderr, flush=True)
@@ -199,13 +216,22 @@ def first_batch_rows(args: argparse.Namespace, server: Any, work: Path) -> list[
     return rows
 
 
-def _cat_range(fs: Any, path: str, span: tuple[int, int]) -> bytes:
-    return bytes(fs.cat_file(path, start=span[0], end=span[1]))
+def _fetcher(fs: Any, client: str, concurrency: int) -> RangeFetcher:
+    config = StorageConfig(client=client, max_concurrency=concurrency)
+    return RangeFetcher(fs, config, RemoteStats(), http_client_for(fs, "s3", {}, config))
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
 
 
 def client_rows(args: argparse.Namespace) -> list[dict]:
-    """Per server: one 8 KiB range GET through s3fs (wall and this process's CPU, serially),
-    and 4 MiB range GETs 16 at a time (MB/s): what bounds exact and block reads."""
+    """Per server and ``storage.client``, through streamload's ``RangeFetcher`` (timeouts,
+    retries and counting included): 8 KiB range GETs one at a time (wall, this process's
+    CPU), then 16 at a time (requests/s: what bounds exact window reads), and 4 MiB GETs
+    16 at a time (MB/s: what bounds block and whole-shard reads)."""
     import s3fs
 
     rows = []
@@ -215,21 +241,33 @@ def client_rows(args: argparse.Namespace) -> list[dict]:
             server.client().create_bucket(Bucket="probe")
             fs = s3fs.S3FileSystem(**server.storage_options())
             fs.pipe("probe/x.bin", np.random.default_rng(0).bytes(64 << 20))
-            fs.cat_file("probe/x.bin", start=0, end=8192)  # connect once
+            info = fs.info("probe/x.bin")
+            obj = RemoteObject("s3://probe/x.bin", info["size"], object_version(info))
             count = args.probe_requests
-            wall, cpu = time.perf_counter(), time.process_time()
-            for i in range(count):
-                fs.cat_file("probe/x.bin", start=i * 57_344, end=i * 57_344 + 8192)
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            began = time.perf_counter()
+            small = [(i * 57_344, i * 57_344 + 8192) for i in range(count)]
             blocks = [((i % 16) << 22, ((i % 16) + 1) << 22) for i in range(64)]
-            with concurrent.futures.ThreadPoolExecutor(16) as pool:
-                read = partial(_cat_range, fs, "probe/x.bin")
-                list(pool.map(read, blocks))
-            mbs = (64 << 22) / 1e6 / (time.perf_counter() - began)
-            rows.append({"server": server.name, "wall": 1000 * wall / count,
-                         "cpu": 1000 * cpu / count, "mbs": mbs})  # fmt: skip
+            for client in ("http", "fsspec"):
+                row = _probe(_fetcher(fs, client, 16), obj, small, blocks)
+                rows.append({"server": server.name, "client": client, **row})
     return rows
+
+
+def _probe(
+    fetcher: RangeFetcher, obj: RemoteObject, small: list[tuple[int, int]],
+    blocks: list[tuple[int, int]],
+) -> dict[str, float]:  # fmt: skip
+    def each(span: tuple[int, int]) -> bytes:
+        return fetcher.fetch(obj, *span)
+
+    each((0, 8192))  # connect once
+    wall, cpu = _timed(lambda: [each(span) for span in small])
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+        many, _ = _timed(lambda: list(pool.map(each, small)))
+        big, _ = _timed(lambda: list(pool.map(each, blocks)))
+    fetcher.close()
+    count = len(small)
+    return {"wall": 1000 * wall / count, "cpu": 1000 * cpu / count, "rps": count / many,
+            "mbs": sum(b - a for a, b in blocks) / 1e6 / big}  # fmt: skip
 
 
 def main() -> None:
@@ -264,18 +302,22 @@ def main() -> None:
     if "client" in parts:
         emit(
             args,
-            "Remote storage: what one s3fs client gets from each loopback S3 server",
+            "Remote storage: what each range client gets from each loopback S3 server",
             client_rows(args),
             [
                 ("server", "server", ""),
+                ("client", "storage.client", ""),
                 ("wall", "8 KiB range GET ms (serial)", ".2f"),
                 ("cpu", "client CPU ms per GET", ".2f"),
+                ("rps", "8 KiB GETs x16 per s", ".0f"),
                 ("mbs", "4 MiB GETs x16 MB/s", ".0f"),
             ],
             [
-                f"s3fs cat_file on a 64 MiB object: {args.probe_requests} serial 8 KiB ranges "
-                "(wall and this process's CPU per request, the server in its own process), "
-                "then 64 ranges of 4 MiB on 16 threads."
+                f"RangeFetcher.fetch on a 64 MiB object: {args.probe_requests} serial 8 KiB "
+                "ranges (wall and this process's CPU per request; the server runs in its own "
+                "process), the same ranges on 16 threads, then 64 ranges of 4 MiB on 16 threads.",
+                "http = presigned URL (signed once) over pooled urllib3 connections; fsspec = "
+                "s3fs cat_file.",
             ],
             machine,
         )
@@ -295,6 +337,7 @@ def throughput_part(args: argparse.Namespace, machine: Any) -> None:
             [
                 ("step", "train step ms", ".0f"),
                 ("reads", "reads", ""),
+                ("client", "client", ""),
                 ("latency", "added latency ms", ".0f"),
                 ("prefetch", "prefetch batches", ""),
                 ("cache", "cache", ""),
