@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from test_plan_megatron import ref_gpt
 from test_plan_megatron_blend import ref_blending
@@ -64,6 +64,9 @@ def reference(datasets, weights, split, which, num_samples, seq_len, seed, extra
             size, w = min(num_samples, sum(lengths)), [n / sum(lengths) for n in lengths]
         else:
             size = sum(targets)
+            # BlendedDataset normalizes its (already normalized) weights once more; the last
+            # bit can differ and decide an exact tie of the greedy rule.
+            w = [x / sum(w) for x in w]
         index, sample = ref_blending(w, size)
         picks = list(zip(index, sample, strict=True))[:num_samples]
     return [ref_text(*datasets[d], gpts[d], j, seq_len, extra) for d, j in picks]
@@ -96,6 +99,8 @@ def cases(draw):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
+# A three-way exact tie at step 6 that only the second normalization decides (found by CI).
+@example(([[0, 0, 4], [0, 0, 4], [0, 0, 4]], [1.5, 2.25, 0.75], "100,0,0", 0, 7, 2, 0, 0, True))
 def test_stream_matches_the_literal_reading(case) -> None:
     lengths, weights, split, which, num_samples, seq_len, seed, extra, drop = case
     for sizes in lengths:  # the reference counts epochs one by one: keep E small
