@@ -170,8 +170,11 @@ class _ProxyHandler(SimpleHTTPRequestHandler):
         except OSError:  # the server dropped the connection: the client sees a 502
             status, upstream_headers, data = 502, [], b""
         self.send_response(status)
+        length = str(len(data))
         for key, value in upstream_headers:
-            if key.lower() not in (
+            if key.lower() == "content-length" and self.command == "HEAD":
+                length = value  # a HEAD answer has no body but the object's length
+            elif key.lower() not in (
                 "connection",
                 "transfer-encoding",
                 "content-length",
@@ -179,7 +182,7 @@ class _ProxyHandler(SimpleHTTPRequestHandler):
                 "server",
             ):
                 self.send_header(key, value)
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Length", length)
         if fault == "truncate":
             self.send_header("Connection", "close")
             self.end_headers()

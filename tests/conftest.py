@@ -165,3 +165,13 @@ def make_corpus(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Corpu
 def data_dir() -> Path:
     """The folder of tiny real-tool files (``tests/data``)."""
     return DATA_DIR
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[Any]:
+    """moto's S3 server on 127.0.0.1 (``tests/_s3.py``), one per test module."""
+    pytest.importorskip("moto.server")
+    from _s3 import S3Server
+
+    with S3Server() as server:
+        yield server

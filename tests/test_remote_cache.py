@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,12 +25,6 @@ from streamload.remote.block_cache import STALE_TEMP_SECONDS
 from streamload.testing import assert_batches_equal
 
 pytest.importorskip("moto.server")
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
 
 
 def test_eviction_keeps_the_limit_and_the_recent_blocks(tmp_path: Path) -> None:

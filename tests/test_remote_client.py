@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +35,6 @@ pytest.importorskip("s3fs")
 pytestmark = pytest.mark.filterwarnings("ignore:each pass")
 
 FAST = {"retries": 2, "backoff": 0.01, "timeout": 5.0, "stall_warning": 2.0, "stall_timeout": 20.0}
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
 
 
 def _config(corpus: Corpus, url: Any, options: dict[str, Any], cache: Path, client: str,

@@ -12,7 +12,6 @@ samples and retries are equal to what the fault proxy did.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:each pass")]
 FAST = {"retries": 3, "backoff": 0.01, "timeout": 5.0, "stall_warning": 2.0, "stall_timeout": 20.0}
 NO_BOTO_RETRIES = {"retries": {"total_max_attempts": 1}}
 """Every retry is ours (counted), none hidden inside botocore."""
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with S3Server() as server:
-        yield server
 
 
 def remote_config(

@@ -221,7 +221,7 @@ def check_size_unchanged(path: str, expected: int, storage: Any = None) -> str:
     if local is None:
         if storage is None:
             raise FormatError(f"{path}: a remote file, but the shard was described without storage")
-        return str(storage.store().local_copy(path, expected))
+        return str(storage.store().whole.companion(path, expected))
     try:
         size = os.path.getsize(local)
     except OSError as exc:
@@ -257,7 +257,7 @@ def token_array(info: ShardInfo) -> Any:
     store = info.storage.store()
     obj = RemoteObject(info.path, info.size, info.version)
     # A small file (storage.whole_shard_size) is cached whole and mapped like a local one.
-    whole = store.whole_file(obj)
+    whole = store.whole.token_file(obj)
     if whole is not None:
         with contextlib.suppress(FileNotFoundError):  # evicted just now: read by range
             return _map(whole, dtype, info)

@@ -78,13 +78,33 @@ class DiskBlockCache:
 
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Store a block (atomically), then evict if over the limit."""
-        path = self.path(key)
-        folder = os.path.dirname(path)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f"{_TEMP}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        tmp = self.temp_path(key)
         try:
             with open(tmp, "wb") as fh:
                 fh.write(data)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        self.commit(key, tmp, len(data))
+
+    def temp_path(self, key: str) -> str:
+        """A fresh temporary name for block ``key`` in its folder (created), to be written
+        and then passed to :meth:`commit`; a crashed writer's leftover is removed by a later
+        scan once it is older than ``STALE_TEMP_SECONDS``."""
+        folder = os.path.dirname(self.path(key))
+        os.makedirs(folder, exist_ok=True)
+        return os.path.join(folder, f"{_TEMP}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+    def commit(self, key: str, tmp: str, size: int) -> str:
+        """Rename the written temporary file ``tmp`` (``size`` bytes) into place as block
+        ``key`` (atomic), count it, evict if over the limit; returns the block's path.
+
+        Raises:
+            OSError: the rename failed (``tmp`` is removed).
+        """
+        path = self.path(key)
+        try:
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -92,9 +112,9 @@ class DiskBlockCache:
             raise
         with self._lock:
             self._puts += 1
-            self._written += len(data)
+            self._written += size
             if self._estimate is not None:
-                self._estimate += len(data)
+                self._estimate += size
             rescan = (
                 self._estimate is None
                 or self._estimate > self.limit
@@ -102,6 +122,7 @@ class DiskBlockCache:
             )
         if rescan:
             self.evict()
+        return path
 
     def usage(self) -> int:
         """Bytes of whole blocks in the cache now (one scan of the folder)."""

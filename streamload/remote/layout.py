@@ -1,12 +1,13 @@
 """Which cached pieces hold which byte ranges of a remote token file (vectorized per chunk).
 
-A piece is the unit the store caches and fetches: the whole file when it is at most
-``storage.whole_shard_size`` bytes, else an aligned block of ``storage.block_size`` bytes
-(``storage.window_reads = "blocks"``), else exactly one window's byte range. A chunk's windows
-are laid out at once, with numpy, so the store is asked once per shard and chunk.
+A piece is the unit the store caches and fetches: an aligned block of ``storage.block_size``
+bytes (``storage.window_reads = "blocks"``), else exactly one window's byte range (a file read
+whole, ``storage.whole_shard_size``, is mapped from the disk cache and has no pieces). A
+chunk's windows are laid out at once, with numpy, so the store is asked once per shard and
+chunk.
 
 Example:
-    >>> layout = piece_layout(100, np.array([0, 30]), np.array([20, 50]), "blocks", 32, 0)
+    >>> layout = piece_layout(100, np.array([0, 30]), np.array([20, 50]), "blocks", 32)
     >>> layout.pieces, layout.first.tolist(), layout.last.tolist()
     ([(0, 32), (32, 64)], [0, 0], [0, 1])
 """
@@ -31,7 +32,7 @@ class PieceLayout:
 
 
 def piece_layout(
-    size: int, starts: np.ndarray, ends: np.ndarray, reads: str, block: int, whole: int
+    size: int, starts: np.ndarray, ends: np.ndarray, reads: str, block: int
 ) -> PieceLayout:
     """The pieces of byte ranges ``[starts[i], ends[i])`` (non-empty, inside the file).
 
@@ -41,12 +42,7 @@ def piece_layout(
         ends: End bytes (exclusive), int64.
         reads: ``"exact"`` or ``"blocks"`` (``storage.window_reads``).
         block: ``storage.block_size``.
-        whole: ``storage.whole_shard_size``.
     """
-    n = starts.shape[0]
-    if size <= whole:
-        zeros = np.zeros(n, dtype=np.int64)
-        return PieceLayout([(0, size)] if n else [], zeros, zeros)
     if reads == "blocks":
         first, last = starts // block, (ends - 1) // block
         bounds = zip(first.tolist(), last.tolist(), strict=True)

@@ -5,9 +5,10 @@ is one piece; a rank never fetches bytes it does not use, except small gaps merg
 request), because uniformly shuffled windows rarely share a block: caching whole blocks would
 multiply the bytes fetched by ``block_size / window bytes``. With ``storage.window_reads =
 "blocks"`` they are read through aligned blocks instead, for streams whose windows cluster
-(:mod:`streamload.remote.layout`). A file of at most ``storage.whole_shard_size`` bytes is one
-piece (fetched whole, once). Files parsed piecewise (a ``.pbin`` header and its
-index at the end) are read in aligned blocks of ``storage.block_size``.
+(:mod:`streamload.remote.layout`). Files parsed piecewise (a ``.pbin`` header and its index at
+the end) are read in aligned blocks of ``storage.block_size``. Whole files (token files up to
+``storage.whole_shard_size``, companion indexes) are downloaded into the disk cache and mapped
+(:mod:`streamload.remote.download`).
 
 Each piece is served from the process's memory LRU, else from the disk cache shared by all
 processes (:mod:`streamload.remote.block_cache`), else fetched. Missing pieces that overlap or
@@ -23,12 +24,10 @@ One :class:`RemoteStore` exists per storage (protocol, options, config) and proc
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import os
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any, ClassVar
@@ -36,9 +35,8 @@ from typing import Any, ClassVar
 import fsspec
 import numpy as np
 
-from streamload.errors import FormatError
-from streamload.listing import object_version
 from streamload.remote.block_cache import DiskBlockCache
+from streamload.remote.download import WholeFiles
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.fetch import RangeFetcher
 from streamload.remote.handle import RemoteObject, StorageHandle
@@ -125,6 +123,8 @@ class RemoteStore:
         self._memory_bytes = 0
         self._inflight: dict[_Key, concurrent.futures.Future[bytes]] = {}
         self._warned_unversioned = False
+        self.whole = WholeFiles(cfg, self.fetcher, self.stats, self._jobs.submit, self._disk_for)
+        """Token files read whole, and companion files, in the disk cache."""
 
     def _evicted(self, count: int) -> None:
         self.stats.add("evicted_blocks", count)
@@ -242,9 +242,12 @@ class RemoteStore:
     # -- reading ---------------------------------------------------------------------------
     def prefetch(self, obj: RemoteObject, starts: np.ndarray, ends: np.ndarray) -> None:
         """Start fetching byte ranges ``[starts[i], ends[i])`` of ``obj`` (token windows;
-        does not wait)."""
-        if starts.size == 0 or self._whole_cached(obj):
-            return  # a whole file mapped from the disk cache is not read into memory again
+        does not wait); a file read whole is downloaded whole (:class:`WholeFiles`)."""
+        if starts.size == 0:
+            return
+        if self.whole.reads_whole(obj):
+            self.whole.download(obj)  # a failure reaches the reader that opens the shard
+            return
         pieces = self.layout(obj, starts, ends).pieces
         disk = self._disk_for(obj)
         if disk is not None:  # the reader reads those itself, without queueing behind
@@ -288,7 +291,7 @@ class RemoteStore:
         (``blocks``: files parsed piecewise, e.g. a header and an index at the end)."""
         cfg = self.config
         reads = "blocks" if blocks else cfg.window_reads.value
-        return piece_layout(obj.size, starts, ends, reads, cfg.block_size, cfg.whole_shard_size)
+        return piece_layout(obj.size, starts, ends, reads, cfg.block_size)
 
     def read_many(self, obj: RemoteObject, starts: np.ndarray, ends: np.ndarray) -> list[Any]:
         """Bytes ``[starts[i], ends[i])`` of ``obj`` for every ``i`` (the token windows of one
@@ -342,72 +345,3 @@ class RemoteStore:
                 return True
             concurrent.futures.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
         return False
-
-    # -- whole small files -----------------------------------------------------------------
-    def _whole_cached(self, obj: RemoteObject) -> bool:
-        disk = self._disk_for(obj)
-        if disk is None or not 0 < obj.size <= self.config.whole_shard_size:
-            return False
-        return os.path.exists(disk.path(obj.key(0, obj.size)))
-
-    def whole_file(self, obj: RemoteObject) -> str | None:
-        """The disk-cache file holding all of ``obj`` (fetched now if needed), to be memory
-        mapped like a local shard; ``None`` when the object is over ``whole_shard_size`` or
-        there is no disk cache (then windows are read by range).
-
-        A mapped file that eviction deletes stays readable (POSIX keeps the inode until
-        unmapped); its disk space comes back when the shard is closed.
-
-        Raises:
-            RemoteReadError: the object stayed unreadable; RemoteStallError: it stalled.
-        """
-        disk = self._disk_for(obj)
-        if disk is None or obj.size == 0 or obj.size > self.config.whole_shard_size:
-            return None
-        path = disk.path(obj.key(0, obj.size))
-        with contextlib.suppress(OSError):
-            if os.path.getsize(path) == obj.size:
-                os.utime(path)  # most recently used
-                return path
-        self.read(obj, 0, obj.size)  # fetched (with retries) and written to the disk cache
-        with contextlib.suppress(OSError):
-            if os.path.getsize(path) == obj.size:
-                return path
-        return None  # the cache could not keep it (full, read-only): read by range
-
-    def local_copy(self, url: str, expected_size: int) -> str:
-        """A local copy of a small companion file (index, CSV), cached under its content key.
-
-        The key is (URL, size, version), so every worker and later job reuses the copy until
-        the object changes.
-
-        Raises:
-            FormatError: the object's size differs from start-up.
-            RemoteReadError: it stays unreadable.
-        """
-        info = self.fetcher.info(url)
-        size = int(info.get("size") or 0)
-        if size != expected_size:
-            raise FormatError(
-                f"{url}: object is {size} bytes but was {expected_size} bytes at start-up; "
-                "it changed while the loader was running"
-            )
-        obj = RemoteObject(url, size, object_version(info))
-        key = obj.key(0, size)
-        path = os.path.join(
-            self.config.cache_root, "files", key[:2], f"{key}-{url.rsplit('/', 1)[-1]}"
-        )
-        with contextlib.suppress(OSError):
-            if os.path.getsize(path) == size:
-                return path
-        data = self.fetcher.fetch(obj, 0, size) if size else b""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        return path

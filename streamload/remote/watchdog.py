@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
+from typing import TypeVar
 
 from streamload.config.storage import StorageConfig
 from streamload.remote.errors import RemoteStallError
@@ -17,17 +18,19 @@ from streamload.remote.stats import RemoteStats
 
 __all__ = ["wait_watched"]
 
+T = TypeVar("T")
+
 _LOG = logging.getLogger("streamload.remote")
 
 
 def wait_watched(
-    future: concurrent.futures.Future[bytes],
+    future: concurrent.futures.Future[T],
     where: tuple[str, int, int],
     cfg: StorageConfig,
     stats: RemoteStats,
-) -> bytes:
-    """The future's bytes; ``where`` (URL, first byte, end byte) names them in warnings and
-    errors.
+) -> T:
+    """The future's result (bytes, or a cached file's path); ``where`` (URL, first byte, end
+    byte) names it in warnings and errors.
 
     Raises:
         RemoteStallError: nothing arrived within ``cfg.stall_timeout`` seconds.
