@@ -21,4 +21,6 @@ def is_mapped(view: np.ndarray) -> bool:
     base = view
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base
+    if isinstance(base, memoryview):  # np.frombuffer over a map
+        base = base.obj
     return isinstance(base, mmap.mmap)

@@ -144,3 +144,16 @@ def test_shard_changed_after_start_up(make_corpus: Callable) -> None:
     corpus.paths[0].unlink()
     with pytest.raises(FormatError, match=r"shard_00000\.bin: cannot open"):
         shards.gather(np.array([0]), np.empty((1, 5), dtype=np.uint16))
+
+
+@pytest.mark.parametrize(
+    ("soft", "limit"), [(1024, 256), (4096, 512), (20_000, 2500), (1 << 20, 8192), (-1, 8192)]
+)
+def test_open_shards_follow_the_file_limit(
+    monkeypatch: pytest.MonkeyPatch, soft: int, limit: int
+) -> None:
+    import resource
+
+    infinity = resource.RLIM_INFINITY
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (infinity if soft < 0 else soft, infinity))
+    assert gather._open_shard_limit() == limit

@@ -18,6 +18,7 @@ import pytest
 import torch
 from _http import FaultPlan, FaultProxy, RangeFileServer
 from _s3 import S3Server
+from _shards import is_mapped
 from conftest import Corpus, document_tokens
 
 from streamload import LoaderOptions, build_loader
@@ -293,5 +294,5 @@ def test_whole_small_shards_are_mapped_from_the_cache(
     info = SampleStream.from_config(load_config(config)).sources[0].catalog.shards[0]
     local = SampleStream.from_config(load_config(corpus.config(seq_len=16)))
     tokens = token_array(info)
-    assert isinstance(tokens, np.ndarray) and isinstance(tokens.base, np.memmap)
+    assert is_mapped(tokens)
     assert np.array_equal(tokens, token_array(local.sources[0].catalog.shards[0]))

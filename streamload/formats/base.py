@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import mmap
 import os
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
@@ -237,10 +238,10 @@ def check_size_unchanged(path: str, expected: int, storage: Any = None) -> str:
 def token_array(info: ShardInfo) -> Any:
     """The shard's tokens as a 1-D array sliced without copying the file.
 
-    Local files (and small remote ones cached whole): a read-only ``numpy.memmap`` as a plain
-    ndarray view (slicing it is ~3x cheaper than slicing the ``np.memmap`` subclass; the view
-    keeps the map alive). Other remote files: a :class:`~streamload.remote.RemoteTokens`
-    whose slices are byte-range reads through the block cache.
+    Local files (and remote ones cached whole): a read-only ndarray over an ``mmap`` of the
+    file (the array keeps the map alive). Other remote files: a
+    :class:`~streamload.remote.RemoteTokens` whose slices are byte-range reads through the
+    block cache.
 
     Raises:
         FormatError: the local file is missing or resized since start-up.
@@ -265,8 +266,12 @@ def token_array(info: ShardInfo) -> Any:
 
 
 def _map(path: str, dtype: np.dtype, info: ShardInfo) -> np.ndarray:
-    mapped = np.memmap(path, dtype=dtype, mode="r", offset=info.offset, shape=(info.num_tokens,))
-    return mapped.view(np.ndarray)  # slicing a plain view is ~3x cheaper than a np.memmap
+    # A plain mmap read through np.frombuffer: a third of np.memmap's cost to open (shards are
+    # reopened when more are in use than stay open), and slicing a plain ndarray is ~3x
+    # cheaper than slicing the np.memmap subclass. The array keeps the map alive.
+    with open(path, "rb") as fh:
+        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mapped, dtype=dtype, count=info.num_tokens, offset=info.offset)
 
 
 def open_token_file(info: ShardInfo) -> BinaryIO:

@@ -36,8 +36,26 @@ from streamload.remote.store import RemoteObject, StorageHandle
 __all__ = ["MAX_OPEN_SHARDS", "ShardSet", "skip_unreadable"]
 
 _LOG = logging.getLogger("streamload.remote")
-MAX_OPEN_SHARDS = 256
-"""Shards kept mapped per process; older ones are unmapped (each map holds a file handle)."""
+
+
+def _open_shard_limit() -> int:
+    """An eighth of the soft open-file limit, within [256, 8192]: each open shard holds up to
+    three mapped files (tokens and companions), each map a file descriptor."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # no resource module (Windows)
+        return 256
+    if soft == resource.RLIM_INFINITY:
+        return 8192
+    return max(256, min(8192, soft // 8))
+
+
+MAX_OPEN_SHARDS = _open_shard_limit()
+"""Shards kept open per process; the least recently used are unmapped beyond it. A shuffled
+stream touches every shard, so a corpus of more shards than this reopens some in every chunk
+(about 10 us each)."""
 
 
 def skip_unreadable(info: ShardInfo, exc: RemoteReadError, samples: int) -> None:
