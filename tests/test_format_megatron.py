@@ -412,12 +412,15 @@ def test_mismatched_or_missing_companion(tmp_path: Path) -> None:
 
 
 def test_open_checks_both_files_are_unchanged(tmp_path: Path) -> None:
+    """The .bin at open; the .idx when first needed (reading tokens never needs it)."""
     prefix = copy_fixture(tmp_path, "tiny_int32", "u")
     (info,) = describe(prefix).shards
     with open(tmp_path / "u.idx", "ab") as fh:
         fh.write(b"\x00")
+    shard = open_shard(info)
+    assert shard.tokens(0, 3).size == 3
     with pytest.raises(FormatError, match=r"u\.idx: file is 95 bytes but was 94 bytes"):
-        open_shard(info)
+        shard.document_bounds()
     shutil.copy(DATA / "tiny_int32.idx", tmp_path / "u.idx")
     (tmp_path / "u.bin").write_bytes(b"")
     with pytest.raises(FormatError, match=r"u\.bin: file is 0 bytes but was 28 bytes"):

@@ -112,11 +112,32 @@ def check_rows(rows: DolmaRows, size: int, dtype: np.dtype, csv_path: str) -> in
 class DolmaShard(MemmapShard):
     """An opened dolma shard: tokens, document bounds, and each document's CSV fields."""
 
-    def __init__(self, info: ShardInfo, bounds: np.ndarray, csv_local: str) -> None:
-        super().__init__(info, bounds)
-        self._csv_local = csv_local
+    def __init__(self, info: ShardInfo) -> None:
+        super().__init__(info)
+        if info.index_path is None:
+            raise FormatError(f"{info.path}: shard description has no .csv.gz; describe it again")
+        self._csv_path = info.index_path
+        self._csv_local: str | None = None
         self._text: bytes | None = None
         self._rows: DolmaRows | None = None
+
+    def _csv(self) -> str:
+        """The local ``.csv.gz`` (checked unchanged; copied once when remote): needed only for
+        documents, so reading tokens never parses it (a shuffled stream reopens shards)."""
+        if self._csv_local is None:
+            size = int(self.info.meta["index_size"])
+            self._csv_local = check_size_unchanged(self._csv_path, size, self.info.storage)
+        return self._csv_local
+
+    def document_bounds(self) -> np.ndarray:
+        """Token offsets of the documents (int64), parsed from the CSV on first use."""
+        if self._bounds is None:
+            csv_local = self._csv()
+            with open(csv_local, "rb") as fh:
+                rows = parse_rows(gunzip(fh.read(), csv_local), csv_local)
+            check_rows(rows, self.info.size, np.dtype(self.info.dtype), csv_local)
+            self._bounds = np.concatenate([[0], rows.ends]).astype(np.int64)
+        return self._bounds
 
     @property
     def num_documents(self) -> int:
@@ -131,9 +152,10 @@ class DolmaShard(MemmapShard):
         if not 0 <= i < self.num_documents:
             raise IndexError(f"document {i} out of range [0, {self.num_documents})")
         if self._text is None or self._rows is None:
-            with open(self._csv_local, "rb") as fh:
-                self._text = gunzip(fh.read(), self._csv_local)
-            self._rows = parse_rows(self._text, self._csv_local)
+            csv_local = self._csv()
+            with open(csv_local, "rb") as fh:
+                self._text = gunzip(fh.read(), csv_local)
+            self._rows = parse_rows(self._text, csv_local)
         rows = self._rows
         return row_fields(self._text, int(rows.row_begin[i]), int(rows.row_end[i]))
 
@@ -172,16 +194,7 @@ class DolmaFormat:
         )
 
     def open(self, info: ShardInfo) -> DolmaShard:
-        if info.index_path is None:
-            raise FormatError(f"{info.path}: shard description has no .csv.gz; describe it again")
-        csv_local = check_size_unchanged(
-            info.index_path, int(info.meta["index_size"]), info.storage
-        )
-        with open(csv_local, "rb") as fh:
-            rows = parse_rows(gunzip(fh.read(), csv_local), csv_local)
-        check_rows(rows, info.size, np.dtype(info.dtype), csv_local)
-        bounds = np.concatenate([[0], rows.ends]).astype(np.int64)
-        return DolmaShard(info, bounds, csv_local)
+        return DolmaShard(info)
 
 
 def _next_part(path: str) -> str:

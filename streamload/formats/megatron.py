@@ -68,9 +68,7 @@ class MegatronShard:
         if info.index_path is None or "index_size" not in info.meta:
             raise FormatError(f"{info.path}: shard was not described by the megatron format")
         self._tokens = token_array(info)  # a mapped view, or range reads when remote
-        self._idx_local = check_size_unchanged(
-            info.index_path, info.meta["index_size"], info.storage
-        )
+        self._index_path: str = info.index_path
         self._index: MegatronIndex | None = None
         self._sequences: np.ndarray | None = None
         self._documents: np.ndarray | None = None
@@ -84,9 +82,12 @@ class MegatronShard:
         return self._tokens[start:stop]
 
     def index(self) -> MegatronIndex:
-        """The index arrays, mapped (not re-validated: sizes are checked unchanged)."""
+        """The index arrays, mapped on first use (reading tokens never needs them; not
+        re-validated: the ``.idx`` is checked unchanged in size, and copied when remote)."""
         if self._index is None:
-            index = map_index(np.memmap(self._idx_local, dtype=np.uint8, mode="r"), self._idx_local)
+            size = self.info.meta["index_size"]
+            local = check_size_unchanged(self._index_path, size, self.info.storage)
+            index = map_index(np.memmap(local, dtype=np.uint8, mode="r"), local)
             if index.header.sequences != self.info.meta["sequences"]:
                 raise FormatError(
                     f"{self.info.index_path}: header now says {index.header.sequences} sequences "
