@@ -296,3 +296,25 @@ def test_whole_small_shards_are_mapped_from_the_cache(
     tokens = token_array(info)
     assert is_mapped(tokens)
     assert np.array_equal(tokens, token_array(local.sources[0].catalog.shards[0]))
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_file_urls_are_local_files(make_corpus: Callable[..., Corpus]) -> None:
+    """``file://`` folders, globs and lists are memory-mapped as local paths: same batches,
+    and a state saved with one spelling resumes with the other."""
+    corpus = make_corpus([700, 500, 600])
+    local = corpus.config(seq_len=16)
+    want = batches(local)
+    spellings = [f"file://{corpus.folder}", f"file://{corpus.folder}/*.npy",
+                 [f"file://{p}" for p in corpus.paths]]  # fmt: skip
+    for path in spellings:
+        config = corpus.config(seq_len=16, source={"path": path})
+        with build_loader(config, batch_size=4) as loader:
+            it = iter(loader)
+            got = [next(it) for _ in range(3)]
+            state = loader.state_dict()
+            assert not loader.stream.sources[0].shards.remote
+        with build_loader(local, batch_size=4) as resumed:
+            resumed.load_state_dict(state)
+            got += list(resumed)
+        assert_batches_equal(want, got, f"file:// {path}")
