@@ -5,6 +5,7 @@ requests than exact windows when the windows cluster (``sampling.shuffle_block``
 from __future__ import annotations
 
 import itertools
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,10 @@ from hypothesis import strategies as st
 
 from streamload import ConfigError, build_loader
 from streamload.config.storage import StorageConfig
+from streamload.remote.array import RemoteTokens
+from streamload.remote.handle import RemoteObject, StorageHandle
 from streamload.remote.layout import piece_layout
+from streamload.remote.store import RemoteStore
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
 
 pytest.importorskip("moto.server")
@@ -132,3 +136,43 @@ def test_blocks_resume_exactly_through_faults(
             save_points=[0, 3, 10, 31],
             passes=2,
         )
+
+
+@st.composite
+def row_reads(draw: Any) -> dict[str, Any]:
+    dtype = draw(st.sampled_from(["<u2", ">u2", "<u4", ">i4", "<i8"]))
+    count = draw(st.integers(2, 400))
+    length = draw(st.integers(1, min(count, 40)))
+    rows = draw(st.integers(1, 30))
+    starts = draw(st.lists(st.integers(0, count - length), min_size=rows, max_size=rows))
+    return {
+        "dtype": dtype, "count": count, "length": length, "starts": starts,
+        "offset": draw(st.integers(0, 37)), "block": draw(st.integers(1, 300)),
+        "reads": draw(st.sampled_from(["exact", "blocks"])),
+    }  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=row_reads())
+def test_rows_read_together_equal_the_file(case: dict[str, Any]) -> None:
+    """Windows of a token file at any header offset, read by exact ranges or through blocks
+    of any size (not a multiple of the item size either), are the file's items."""
+    dtype, count, length = np.dtype(case["dtype"]), case["count"], case["length"]
+    values = (np.arange(count, dtype=np.int64) * 7919) % 30011
+    starts = np.array(case["starts"], dtype=np.int64)
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "tokens.bin"
+        path.write_bytes(b"\xa5" * case["offset"] + values.astype(dtype).tobytes())
+        config = StorageConfig(cache_dir=folder, cache_size=0, block_size=case["block"],
+                               window_reads=case["reads"])  # fmt: skip
+        store = RemoteStore(StorageHandle("file", {}, config))
+        try:
+            obj = RemoteObject(str(path), path.stat().st_size, "v1")
+            tokens = RemoteTokens(store, obj, dtype, case["offset"], count)
+            got = tokens.read_rows(starts, length)
+        finally:
+            store.close()
+    assert len(got) == starts.size
+    for start, row in zip(starts.tolist(), got, strict=True):
+        assert row.dtype == dtype
+        np.testing.assert_array_equal(row, values[start : start + length])

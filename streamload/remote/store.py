@@ -335,6 +335,13 @@ class RemoteStore:
     ) -> bytes:
         return wait_watched(future, (obj.url, start, end), self.config, self.stats)
 
+    def close(self) -> None:
+        """Stop this store's pools (queued fetches are cancelled; running ones finish in the
+        background). Stores live as long as their process; this is for stores built directly
+        rather than through :meth:`for_handle`."""
+        self._jobs.shutdown(wait=False, cancel_futures=True)
+        self.fetcher.close()
+
     def drain(self, timeout: float = 60.0) -> bool:
         """Wait until no piece is in flight in this process (``False``: still busy)."""
         deadline = time.monotonic() + timeout
