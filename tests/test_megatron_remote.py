@@ -14,7 +14,7 @@ import pytest
 import torch
 from _s3 import S3Server
 
-from streamload import build_loader
+from streamload import LoaderOptions, build_loader
 from streamload.convert import open_writer
 from streamload.remote.errors import RemoteReadError
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
@@ -90,6 +90,24 @@ def test_remote_megatron_batches_equal_local(
     assert len(local) == 40
     assert_batches_equal(local, remote, "megatron s3 vs local")
     assert stats["requests"] > 0 and stats["errors"] == 0
+
+
+@pytest.mark.slow
+def test_forked_process_workers_open_their_own_shards(
+    data: Path, s3: tuple[S3Server, str], tmp_path: Path
+) -> None:
+    """Megatron mode opens every shard in the training process (its sequence index); a forked
+    worker must not read through the parent's store, whose fetch threads it does not have
+    (it waited for ``stall_timeout``)."""
+    server, url = s3
+    local = batches(config(str(data), tmp_path / "local"))
+    remote_cfg = config(url, tmp_path / "remote", server.storage_options(), stall_timeout=10.0)
+    options = LoaderOptions(worker_type="process")
+    with build_loader(remote_cfg, batch_size=4, num_workers=2, options=options) as loader:
+        remote = list(loader)
+        stats = loader.stats()["storage"]["A"]
+    assert_batches_equal(local, remote, "megatron s3, process workers")
+    assert stats["stall_warnings"] == 0
 
 
 def test_remote_megatron_resumes_on_the_local_copy(

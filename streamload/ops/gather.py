@@ -115,12 +115,14 @@ class ShardSet:
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.dtype = _common_dtype(shards)
         self._open: OrderedDict[int, TokenShard] = OrderedDict()
+        self._open_pid = os.getpid()  # a forked child must not use its parent's opened shards
         self._lock = threading.Lock()
         self._skipped = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_open"] = OrderedDict()
+        state["_open_pid"] = None
         state["planned_ahead"] = None  # another process: its reads start their own fetches
         del state["_lock"], state["_skipped"]
         return state
@@ -189,6 +191,10 @@ class ShardSet:
 
     def shard(self, index: int) -> TokenShard:
         """The opened shard ``index`` (opened on first use in this process; thread-safe)."""
+        if self._open_pid != os.getpid():  # forked: remote shards hold the parent's store,
+            # whose fetch threads do not exist here (reads would wait for stall_timeout)
+            self._lock = threading.Lock()
+            self._open, self._open_pid = OrderedDict(), os.getpid()
         with self._lock:  # thread workers share the cache; eviction races get/move_to_end
             opened = self._open.get(index)
             if opened is not None:
