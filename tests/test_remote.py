@@ -318,3 +318,49 @@ def test_file_urls_are_local_files(make_corpus: Callable[..., Corpus]) -> None:
             resumed.load_state_dict(state)
             got += list(resumed)
         assert_batches_equal(want, got, f"file:// {path}")
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_skip_names_the_shard_that_failed(
+    make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """A window straddling a readable shard and a deleted one names the deleted one."""
+    corpus = make_corpus([500, 400, 600], fmt="raw")
+    url = upload(corpus.folder)
+    config = remote_config(corpus, url, s3.storage_options(), tmp_path / "c",
+                           source={"format": "raw", "on_error": "skip"})  # fmt: skip
+    with build_loader(config, batch_size=4) as loader:
+        bucket, key = url.removeprefix("s3://").split("/", 1)
+        s3.client().delete_object(Bucket=bucket, Key=f"{key}/shard_00001.bin")
+        list(loader)
+        stats = loader.stats()["storage"]["web"]
+    assert stats["skipped_samples"] > 0
+    assert [name.rsplit("/", 1)[-1] for name in stats["skipped"]] == ["shard_00001.bin"]
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_an_unopenable_shard_costs_its_retries_once_per_chunk(
+    make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Under ``on_error = "skip"`` a shard that cannot be opened (its whole-file download
+    answers 503) skips its rows without running the retries again for each row."""
+    corpus = make_corpus([600, 600, 600], fmt="raw")
+    url = upload(corpus.folder)
+    plan = FaultPlan(fail_paths=("shard_00001.bin",), fail_status=503)
+    with FaultProxy(s3.endpoint, plan) as proxy:
+        options = s3.storage_options(
+            proxy.endpoint, config_kwargs={"retries": {"total_max_attempts": 1}}
+        )
+        config = remote_config(corpus, url, options, tmp_path / "c",
+                               source={"format": "raw", "on_error": "skip"},
+                               sampling={"cross_shard": False}, whole_shard_size=1 << 20,
+                               retries=3, backoff=0.01)  # fmt: skip
+        with build_loader(config, batch_size=4) as loader:
+            got = list(loader)
+            stats = loader.stats()["storage"]["web"]
+    skipped = [b["labels"].eq(-100).all(dim=1) for b in got]
+    assert stats["skipped_samples"] == int(sum(s.sum() for s in skipped)) > 10
+    chunks = len(got)  # at most one chunk per batch
+    assert stats["retries"] <= 3 * chunks < 3 * stats["skipped_samples"]

@@ -21,6 +21,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -232,27 +233,45 @@ class ShardSet:
         local = starts - self.offsets[shard_ids]
         ends = self.offsets[shard_ids + 1] - self.offsets[shard_ids]
         fit = local + length <= ends
-        done = self._gather_remote(shard_ids, local, fit, starts, out) if self.remote else None
+        get = self._opener()
+        done = self._gather_remote(get, shard_ids, local, fit, starts, out) if self.remote else None
         inside = fit.tolist()
         ids = shard_ids.tolist()
-        opened: dict[int, TokenShard] = {}  # one locked cache lookup per shard and chunk
         for row, (sid, loc, fits) in enumerate(zip(ids, local.tolist(), inside, strict=True)):
             if done is not None and done[row]:
                 continue
+            if not fits:
+                self._stitch(get, sid, loc, int(starts[row]), out[row])
+                continue
             try:
-                if fits:
-                    shard = opened.get(sid)
-                    if shard is None:
-                        shard = opened[sid] = self.shard(sid)
-                    out[row] = shard.tokens(loc, loc + length)
-                else:
-                    self._stitch(sid, loc, out[row])
+                out[row] = get(sid).tokens(loc, loc + length)
             except RemoteReadError as exc:
                 self._skip_or_raise(sid, exc, int(starts[row]), out[row])
         return out
 
+    def _opener(self) -> Callable[[int], TokenShard]:
+        """Opens shards for one chunk: one locked cache lookup per shard, and a shard that
+        cannot be opened (after its retries) fails once per chunk: each of its rows gets
+        that error, instead of running the retries again."""
+        opened: dict[int, TokenShard | RemoteReadError] = {}
+
+        def get(sid: int) -> TokenShard:
+            got = opened.get(sid)
+            if got is None:
+                try:
+                    got = self.shard(sid)
+                except RemoteReadError as exc:
+                    got = exc
+                opened[sid] = got
+            if isinstance(got, RemoteReadError):
+                raise got
+            return got
+
+        return get
+
     def _gather_remote(
         self,
+        get: Callable[[int], TokenShard],
         shard_ids: np.ndarray,
         local: np.ndarray,
         fit: np.ndarray,
@@ -268,7 +287,7 @@ class ShardSet:
             if not self.shards[sid].is_remote:
                 continue
             try:
-                array = getattr(self.shard(sid), "remote_array", None)
+                array = getattr(get(sid), "remote_array", None)
             except RemoteReadError:  # unopenable: the per-row path raises or skips its rows
                 continue
             if array is None:  # a whole small shard mapped from the cache
@@ -289,10 +308,18 @@ class ShardSet:
             self._skipped.starts = []
         self._skipped.starts.append(start)
 
-    def _stitch(self, sid: int, loc: int, row: np.ndarray) -> None:
+    def _stitch(
+        self, get: Callable[[int], TokenShard], sid: int, loc: int, start: int, row: np.ndarray
+    ) -> None:
+        """Fill ``row`` from shard ``sid`` at ``loc`` on into the next shards (a window that
+        straddles them); an unreadable shard is named itself when the row is skipped."""
         filled = 0
         while filled < row.shape[0]:
-            piece = self.shard(sid).tokens(loc, loc + row.shape[0] - filled)
+            try:
+                piece = get(sid).tokens(loc, loc + row.shape[0] - filled)
+            except RemoteReadError as exc:
+                self._skip_or_raise(sid, exc, start, row)
+                return
             row[filled : filled + piece.shape[0]] = piece
             filled += piece.shape[0]
             sid, loc = sid + 1, 0

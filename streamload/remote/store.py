@@ -93,9 +93,14 @@ class RemoteStore:
             if cls._registry_pid != os.getpid():  # threads and pools do not survive fork
                 cls._registry, cls._registry_pid = {}, os.getpid()
             store = cls._registry.get(handle.key)
-            if store is None:
-                store = cls._registry[handle.key] = cls(handle)
+        if store is not None:
             return store
+        fresh = cls(handle)  # outside the lock: a fork meanwhile must not inherit it held
+        with cls._registry_lock:
+            store = cls._registry.setdefault(handle.key, fresh)
+        if store is not fresh:
+            fresh.close()
+        return store
 
     @classmethod
     def all_stores(cls) -> list[RemoteStore]:
@@ -205,14 +210,17 @@ class RemoteStore:
             for part in _runs(todo, self.config.coalesce_gap):
                 start, end = part[0][0], max(p[1] for p in part)
                 data = self.fetcher.fetch(obj, start, end)
+                blocks = []
                 for piece in part:
                     lo, hi, key, future = piece
                     block = data[lo - start : hi - start]
-                    if obj.version:  # see _disk_for
-                        self._store_disk(obj.key(lo, hi), block)
                     self.stats.add("fetched_blocks")
-                    self._finish(key, future, block)
+                    self._finish(key, future, block)  # readers never wait for the disk
                     pending.remove(piece)
+                    blocks.append((obj.key(lo, hi), block))
+                if obj.version:  # see _disk_for
+                    for disk_key, block in blocks:
+                        self._store_disk(disk_key, block)
         except BaseException as exc:
             for _, _, key, future in pending:
                 with self._lock:
