@@ -210,17 +210,14 @@ class RemoteStore:
             for part in _runs(todo, self.config.coalesce_gap):
                 start, end = part[0][0], max(p[1] for p in part)
                 data = self.fetcher.fetch(obj, start, end)
-                blocks = []
                 for piece in part:
                     lo, hi, key, future = piece
                     block = data[lo - start : hi - start]
+                    if obj.version:  # see _disk_for
+                        self._store_disk(obj.key(lo, hi), block)
                     self.stats.add("fetched_blocks")
-                    self._finish(key, future, block)  # readers never wait for the disk
+                    self._finish(key, future, block)
                     pending.remove(piece)
-                    blocks.append((obj.key(lo, hi), block))
-                if obj.version:  # see _disk_for
-                    for disk_key, block in blocks:
-                        self._store_disk(disk_key, block)
         except BaseException as exc:
             for _, _, key, future in pending:
                 with self._lock:
