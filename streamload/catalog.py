@@ -28,7 +28,7 @@ from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
 from streamload.formats.sniff import describe_shard, folder_dtype
-from streamload.listing import list_source_files, sibling_names
+from streamload.listing import list_source_files, sibling_files
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.store import StorageHandle
 
@@ -106,7 +106,7 @@ def describe_source(
     fs, files = list_source_files(source)
     handle = storage_handle(fs, source, storage)
     meta: dict[str, str | None] = {}
-    siblings: dict[str, frozenset[str]] = {}
+    siblings: dict[str, dict[str, str]] = {}
     jobs = []
     for f in files:  # folder facts first (one listing per folder), sequentially
         folder = posixpath.dirname(f.path)
@@ -117,10 +117,12 @@ def describe_source(
             tokenizer=_tokenizer_spec(source),
         )
         listed = ListedFile(_url(fs, f.path, source), f.relpath, f.size, f.version)
-        jobs.append((listed, options, sibling_names(fs, folder, siblings)))
+        jobs.append((listed, options, sibling_files(fs, folder, siblings)))
     if handle is None:
         fmt = source.format.value
-        infos = [describe_shard(fs, listed, fmt, opts, names) for listed, opts, names in jobs]
+        infos = [
+            describe_shard(fs, listed, fmt, opts, frozenset(names)) for listed, opts, names in jobs
+        ]
         return SourceCatalog(source, tuple(infos))
     return _describe_remote(fs, source, storage, handle, jobs)
 
@@ -130,17 +132,22 @@ def _describe_remote(
 ) -> SourceCatalog:
     fetcher = handle.store().fetcher
 
-    def describe(job: tuple[ListedFile, ReadOptions, frozenset[str]]) -> ShardInfo | str:
-        listed, options, names = job
+    def describe(job: tuple[ListedFile, ReadOptions, dict[str, str]]) -> ShardInfo | str:
+        listed, options, files = job
         try:
             # One retry, timeout and counting policy for every remote read (remote/fetch.py).
             info = fetcher.call(listed.path, "its header", describe_shard, fs, listed,
-                                source.format.value, options, names)  # fmt: skip
+                                source.format.value, options, frozenset(files))  # fmt: skip
         except RemoteReadError as exc:
             if source.on_error is not OnError.SKIP:
                 raise
             return str(exc)
-        return dataclasses.replace(info, version=listed.version, storage=handle)
+        name = posixpath.basename(listed.path)
+        stem = name.rsplit(".", 1)[0] + "."  # X.bin: X.idx; X.ds: X.ds.index, X.ds.loss
+        companions = {n: v for n, v in files.items() if n.startswith(stem) and n != name}
+        return dataclasses.replace(
+            info, version=listed.version, storage=handle, companions=companions
+        )
 
     with concurrent.futures.ThreadPoolExecutor(storage.max_concurrency) as pool:
         results = list(pool.map(describe, jobs))

@@ -23,7 +23,7 @@ __all__ = [
     "TOKEN_SUFFIXES",
     "list_source_files",
     "object_version",
-    "sibling_names",
+    "sibling_files",
     "source_filesystem",
 ]
 
@@ -124,19 +124,27 @@ def _single(fs: Any, path: str) -> ListedFile:
 
 
 def object_version(info: dict[str, Any]) -> str:
-    """A listed object's version tag (ETag, generation or mtime), or ``""``: the remote cache
-    keys blocks by it, so a replaced object never reads stale blocks."""
-    for key in ("ETag", "etag", "generation", "md5Hash", "LastModified", "last_modified", "mtime"):
+    """A listed object's version tag, or ``""``: the ETag (S3, Azure, HTTP), generation
+    (GCS), git blob id (Hugging Face), content MD5, or last modification time. The remote
+    cache keys pieces by it, so a replaced object never reads stale pieces."""
+    keys = ("ETag", "etag", "generation", "md5Hash", "blob_id", "Content-MD5", "LastModified",
+            "Last-Modified", "last_modified", "mtime")  # fmt: skip
+    for key in keys:
         value = info.get(key)
         if value not in (None, ""):
             return str(value)
     return ""
 
 
-def sibling_names(fs: Any, folder: str, cache: dict[str, frozenset[str]]) -> frozenset[str]:
-    """Names of the files in ``folder`` (one listing per folder, cached)."""
+def sibling_files(fs: Any, folder: str, cache: dict[str, dict[str, str]]) -> dict[str, str]:
+    """Names of the files in ``folder`` with their listed versions (:func:`object_version`;
+    one listing per folder, cached): sniffing looks for companions by name, and a remote
+    companion is later read only in the version listed here."""
     if folder not in cache:
-        cache[folder] = frozenset(posixpath.basename(p) for p in fs.ls(folder, detail=False))
+        cache[folder] = {
+            posixpath.basename(entry["name"]): object_version(entry)
+            for entry in fs.ls(folder, detail=True)
+        }
     return cache[folder]
 
 

@@ -28,15 +28,22 @@ _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
 class _RangeHandler(SimpleHTTPRequestHandler):
     """Static files with single-range ``Range: bytes=a-b`` support (206 + Content-Range) and
-    an ``ETag`` on every answer (``If-Match`` is ignored, as some servers do)."""
+    an ``ETag`` on every answer (``If-Match`` is ignored, as some servers do); with
+    ``validators = False`` neither ``ETag`` nor ``Last-Modified`` (an unversioned store)."""
+
+    validators = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
+    def send_header(self, keyword: str, value: str) -> None:
+        if self.validators or keyword.lower() != "last-modified":
+            super().send_header(keyword, value)
+
     def end_headers(self) -> None:
         path = self.translate_path(self.path)
-        if os.path.isfile(path):  # an entity tag like nginx's (mtime and size); If-Match ignored
-            stat = os.stat(path)
+        if self.validators and os.path.isfile(path):  # an entity tag like nginx's (mtime and
+            stat = os.stat(path)  # size); If-Match ignored
             self.send_header("ETag", f'"{stat.st_mtime_ns:x}-{stat.st_size:x}"')
         super().end_headers()
 
@@ -71,10 +78,13 @@ class _RangeHandler(SimpleHTTPRequestHandler):
 
 
 class RangeFileServer:
-    """Serves ``root`` over HTTP on 127.0.0.1 (a free port), honouring ``Range``."""
+    """Serves ``root`` over HTTP on 127.0.0.1 (a free port), honouring ``Range``; with
+    ``validators = False`` its answers carry no ``ETag`` or ``Last-Modified``."""
 
-    def __init__(self, root: Path) -> None:
-        handler = partial(_RangeHandler, directory=str(root))
+    def __init__(self, root: Path, validators: bool = True) -> None:
+        handler = partial(
+            type("Handler", (_RangeHandler,), {"validators": validators}), directory=str(root)
+        )
         self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

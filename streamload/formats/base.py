@@ -38,6 +38,7 @@ __all__ = [
     "TokenShard",
     "TokenizerSpec",
     "check_size_unchanged",
+    "companion_file",
     "check_token_dtype",
     "local_path",
     "open_token_file",
@@ -113,6 +114,9 @@ class ShardInfo:
         version: The token file's version tag from the listing (remote cache keys).
         storage: For remote shards, the :class:`~streamload.remote.StorageHandle` their
             bytes are read through (range reads, block cache); ``None`` for local files.
+        companions: For remote shards, the listed version of each file beside the token
+            file that shares its stem (``X.idx`` of ``X.bin``): a companion is read only in
+            that version (:func:`companion_file`).
     """
 
     path: str
@@ -126,6 +130,7 @@ class ShardInfo:
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     version: str = field(default="", compare=False)
     storage: Any = field(default=None, compare=False, hash=False, repr=False)
+    companions: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @property
     def is_remote(self) -> bool:
@@ -209,20 +214,35 @@ def local_path(path: str) -> str | None:
     return None if "://" in path else path
 
 
-def check_size_unchanged(path: str, expected: int, storage: Any = None) -> str:
-    """The local path of ``path`` after checking its size is still ``expected`` bytes.
-
-    A remote ``path`` (a small companion such as an index) is copied once into the cache of
-    ``storage`` (a :class:`~streamload.remote.StorageHandle`) and that copy's path returned.
+def companion_file(info: ShardInfo, path: str, expected: int) -> str:
+    """The local path of ``path``, a companion of shard ``info`` (an index, a CSV), checked
+    unchanged since start-up: its size, and when remote the version listed beside the shard
+    (copied into the cache of the shard's storage).
 
     Raises:
-        FormatError: remote without a storage, missing, or resized since start-up.
+        FormatError: missing, resized, or (remote) replaced since start-up.
+    """
+    version = info.companions.get(path.rsplit("/", 1)[-1])
+    return check_size_unchanged(path, expected, info.storage, version)
+
+
+def check_size_unchanged(
+    path: str, expected: int, storage: Any = None, version: str | None = None
+) -> str:
+    """The local path of ``path`` after checking its size is still ``expected`` bytes.
+
+    A remote ``path`` is copied into the cache of ``storage`` (a
+    :class:`~streamload.remote.StorageHandle`; only in ``version`` when given) and that copy's
+    path returned.
+
+    Raises:
+        FormatError: remote without a storage, missing, or changed since start-up.
     """
     local = local_path(path)
     if local is None:
         if storage is None:
             raise FormatError(f"{path}: a remote file, but the shard was described without storage")
-        return str(storage.store().whole.companion(path, expected))
+        return str(storage.store().whole.companion(path, expected, version))
     try:
         size = os.path.getsize(local)
     except OSError as exc:

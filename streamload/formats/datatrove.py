@@ -29,7 +29,7 @@ from streamload.formats.base import (
     MemmapShard,
     ReadOptions,
     ShardInfo,
-    check_size_unchanged,
+    companion_file,
     local_path,
 )
 
@@ -197,15 +197,13 @@ class DatatroveFormat:
 
     def open(self, info: ShardInfo) -> DatatroveShard:
         index_path = info.index_path or info.path + ".index"
-        local = check_size_unchanged(index_path, int(info.meta["index_size"]), info.storage)
+        local = companion_file(info, index_path, int(info.meta["index_size"]))
         index = np.memmap(local, dtype="<u8", mode="r")
         if int(index[-1]) != info.num_tokens:
             raise FormatError(f"{index_path}: changed since start-up (last end {index[-1]})")
         loss = None
         if "loss_size" in info.meta:
-            loss = check_size_unchanged(
-                info.path + ".loss", int(info.meta["loss_size"]), info.storage
-            )
+            loss = companion_file(info, info.path + ".loss", int(info.meta["loss_size"]))
         return DatatroveShard(info, index, loss)
 
 

@@ -33,8 +33,8 @@ from streamload.formats.base import (
     MemmapShard,
     ReadOptions,
     ShardInfo,
-    check_size_unchanged,
     check_token_dtype,
+    companion_file,
 )
 from streamload.formats.npy import NPY_MAGIC
 
@@ -126,7 +126,7 @@ class DolmaShard(MemmapShard):
         documents, so reading tokens never parses it (a shuffled stream reopens shards)."""
         if self._csv_local is None:
             size = int(self.info.meta["index_size"])
-            self._csv_local = check_size_unchanged(self._csv_path, size, self.info.storage)
+            self._csv_local = companion_file(self.info, self._csv_path, size)
         return self._csv_local
 
     def document_bounds(self) -> np.ndarray:

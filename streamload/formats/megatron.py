@@ -41,8 +41,8 @@ from streamload.formats.base import (
     ListedFile,
     ReadOptions,
     ShardInfo,
-    check_size_unchanged,
     check_token_dtype,
+    companion_file,
     token_array,
 )
 
@@ -85,8 +85,7 @@ class MegatronShard:
         """The index arrays, mapped on first use (reading tokens never needs them; not
         re-validated: the ``.idx`` is checked unchanged in size, and copied when remote)."""
         if self._index is None:
-            size = self.info.meta["index_size"]
-            local = check_size_unchanged(self._index_path, size, self.info.storage)
+            local = companion_file(self.info, self._index_path, self.info.meta["index_size"])
             index = map_index(np.memmap(local, dtype=np.uint8, mode="r"), local)
             if index.header.sequences != self.info.meta["sequences"]:
                 raise FormatError(

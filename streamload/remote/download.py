@@ -13,11 +13,13 @@ leaves only a temporary file (the cache's next scan removes it); and the file co
 One object is downloaded at most once at a time per process (readers and the planner's
 prefetch join the download in flight); processes sharing the cache may each download it, and
 the last rename wins (equal bytes). A file the cache cannot keep (full, read-only) is read by
-range instead, and a companion is then copied into ``cache_dir/files/``.
+range instead, and a companion is then copied into ``cache_dir/files/`` (for this process
+only when the store gives it no version).
 """
 
 from __future__ import annotations
 
+import atexit
 import concurrent.futures
 import contextlib
 import logging
@@ -166,6 +168,7 @@ class WholeFiles:
         self._lock = threading.Lock()
         self._running: dict[str, concurrent.futures.Future[str]] = {}
         self._by_range: set[str] = set()  # URLs whose whole file the cache could not keep
+        self._private: dict[tuple[str, int], str] = {}  # unversioned companions' files
         self.part = PART_BYTES
         """Bytes per range request of a download."""
 
@@ -237,24 +240,29 @@ class WholeFiles:
                          "range", obj.url, exc)  # fmt: skip
             return None
 
-    def companion(self, url: str, expected_size: int) -> str:
+    def companion(self, url: str, expected_size: int, version: str | None = None) -> str:
         """A local file holding companion ``url`` (an index, a CSV) to map or parse: a whole
-        file of the disk cache (counted in ``cache_size``), else (no disk cache, no object
-        version, or the cache cannot keep it) a copy in ``cache_dir/files/``. Its size and
-        version are asked for at every call, so a replaced file is never reused.
+        file of the disk cache (counted in ``cache_size``), else (no disk cache, or the cache
+        cannot keep it) a copy in ``cache_dir/files/``; an object without a version is copied
+        for this process only (a later job could not tell a same-size replacement). Its size
+        and version are asked for at every call and must be those of start-up (``version``:
+        as listed then), so a replaced file is an error, never read.
 
         Raises:
-            FormatError: the object's size differs from start-up.
+            FormatError: the object's size or version differs from start-up.
             RemoteReadError: it stays unreadable.
         """
         info = self._fetcher.info(url)
-        size = int(info.get("size") or 0)
-        if size != expected_size:
+        size, now = int(info.get("size") or 0), object_version(info)
+        if size != expected_size or (version and now != version):
+            was = f"{expected_size} bytes" + (f", version {version}" if version else "")
             raise FormatError(
-                f"{url}: object is {size} bytes but was {expected_size} bytes at start-up; "
-                "it changed while the loader was running"
+                f"{url}: object is {size} bytes, version {now or '(none)'}, but was {was} at "
+                "start-up; it changed while the loader was running (restart to read it anew)"
             )
-        obj = RemoteObject(url, size, object_version(info))
+        obj = RemoteObject(url, size, now)
+        if not now:
+            return self._private_copy(obj)
         if self._disk_for(obj) is not None:
             for _ in range(2):  # evicted before it could be opened (a tiny cache): again
                 with contextlib.suppress(OSError):
@@ -270,6 +278,28 @@ class WholeFiles:
         with contextlib.suppress(OSError):
             if os.path.getsize(path) == obj.size:
                 return path
+        self._write(obj, path)
+        return path
+
+    def _private_copy(self, obj: RemoteObject) -> str:
+        """A copy of an unversioned object, fetched again at every call (at each open of its
+        shard) into one file per object for this process, removed at exit: nothing tells it
+        apart from a same-size replacement, so neither a later loader nor a later job may
+        reuse it (a map of the previous copy stays valid: the rename keeps its inode)."""
+        with self._lock:
+            path = self._private.get((obj.url, obj.size))
+        if path is None:
+            name = obj.url.rsplit("/", 1)[-1]
+            folder = os.path.join(self.config.cache_root, "files", "private")
+            path = os.path.join(folder, f"{os.getpid()}-{uuid.uuid4().hex[:12]}-{name}")
+            atexit.register(_remove, path)
+            with self._lock:
+                path = self._private.setdefault((obj.url, obj.size), path)
+        self._write(obj, path)
+        return path
+
+    def _write(self, obj: RemoteObject, path: str) -> None:
+        """All of ``obj`` into ``path`` (one request; temp + rename)."""
         data = self._fetcher.fetch(obj, 0, obj.size) if obj.size else b""
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -280,4 +310,8 @@ class WholeFiles:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-        return path
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)

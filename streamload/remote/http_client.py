@@ -156,13 +156,17 @@ def _etag(version: str) -> str:
 def _check_reply(
     obj: RemoteObject, start: int, end: int, headers: Any, status: int, etag: str
 ) -> None:
-    """A 206 names the requested range; a listed ETag matches (for stores that ignore
+    """A 206 names the requested range of an object of the listed size (a store without
+    ETags still shows a resized replacement); a listed ETag matches (for stores that ignore
     ``If-Match``)."""
     if status == 206:
         expected = f"bytes {start}-{end - 1}/"
         got = headers.get("Content-Range", "")
         if not got.startswith(expected):
             raise OSError(f"answer Content-Range {got!r}, expected {expected}…")
+        total = got[len(expected) :]
+        if total not in ("*", str(obj.size)):
+            raise _changed(obj, f"it is now {total} bytes, listed as {obj.size}")
     answered = headers.get("ETag", "")
     if etag and answered and answered.removeprefix("W/") != etag.removeprefix("W/"):
         raise _changed(obj, f"its ETag is now {answered}, listed as {etag}")
