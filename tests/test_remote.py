@@ -364,3 +364,32 @@ def test_an_unopenable_shard_costs_its_retries_once_per_chunk(
     assert stats["skipped_samples"] == int(sum(s.sum() for s in skipped)) > 10
     chunks = len(got)  # at most one chunk per batch
     assert stats["retries"] <= 3 * chunks < 3 * stats["skipped_samples"]
+
+
+def test_start_up_reads_only_header_bytes(
+    upload: Callable[[Path], str], s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sniffing and describing a shard fetch its header plus at most ``HEAD_READAHEAD`` bytes
+    (fsspec's default read-ahead, 50 MiB for s3fs, fetched whole shards)."""
+    import s3fs.core
+
+    from streamload.catalog import describe_sources
+    from streamload.config import load_config
+    from streamload.formats.base import HEAD_READAHEAD
+
+    folder = tmp_path / "big"
+    folder.mkdir()
+    for i in range(2):
+        np.save(folder / f"shard_{i}.npy", np.zeros(2_000_000, dtype=np.uint16))  # 4 MB
+    url = upload(folder)
+    fetched: list[int] = []
+    real = s3fs.core.S3File._fetch_range
+
+    def counted(self: Any, start: int, end: int) -> bytes:
+        fetched.append(end - start)
+        return real(self, start, end)
+
+    monkeypatch.setattr(s3fs.core.S3File, "_fetch_range", counted)
+    source = {"name": "w", "path": url, "storage_options": s3.storage_options()}
+    describe_sources(load_config({"seq_len": 16, "sources": [source]}))
+    assert 0 < sum(fetched) <= 2 * 2 * (HEAD_READAHEAD + 1024)  # sniff + header, per shard

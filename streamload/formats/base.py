@@ -39,6 +39,7 @@ __all__ = [
     "TokenizerSpec",
     "check_size_unchanged",
     "companion_file",
+    "open_head",
     "check_token_dtype",
     "local_path",
     "open_token_file",
@@ -212,6 +213,17 @@ def local_path(path: str) -> str | None:
     if path.startswith("file://"):
         return path.removeprefix("file://")
     return None if "://" in path else path
+
+
+HEAD_READAHEAD = 64 << 10
+"""Bytes a header read may fetch beyond what it asks for (fsspec backends otherwise read
+ahead by their default block: 50 MiB for s3fs)."""
+
+
+def open_head(fs: Any, path: str) -> Any:
+    """``path`` of ``fs`` opened to read a header or an index tail: each read fetches what it
+    asks for plus at most ``HEAD_READAHEAD`` bytes."""
+    return fs.open(path, "rb", block_size=HEAD_READAHEAD, cache_type="readahead")
 
 
 def companion_file(info: ShardInfo, path: str, expected: int) -> str:

@@ -35,6 +35,7 @@ from streamload.formats.base import (
     ShardInfo,
     check_token_dtype,
     companion_file,
+    open_head,
 )
 from streamload.formats.npy import NPY_MAGIC
 
@@ -173,7 +174,7 @@ class DolmaFormat:
 
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
         path, csv_path = file.path, metadata_path(file.path)
-        with fs.open(path, "rb") as fh:
+        with open_head(fs, path) as fh:
             if fh.read(len(NPY_MAGIC)) == NPY_MAGIC:
                 raise FormatError(
                     f"{path}: format = 'dolma' but the file is a real NPY (\\x93NUMPY magic); "

@@ -38,6 +38,7 @@ from streamload.formats.base import (
     ReadOptions,
     ShardInfo,
     TokenShard,
+    open_head,
     open_token_file,
 )
 
@@ -232,7 +233,7 @@ class ModalitiesFormat:
         return path.endswith(".pbin")
 
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
-        with fs.open(file.path, "rb") as fh:
+        with open_head(fs, file.path) as fh:
             layout = read_pbin_layout(fh, file.path, file.size)
         dtype = TOKEN_DTYPES[layout.token_size]
         if options.dtype != "auto" and np.dtype(options.dtype) != dtype.newbyteorder("="):

@@ -19,6 +19,7 @@ from streamload.formats.base import (
     ShardInfo,
     TokenShard,
     check_token_dtype,
+    open_head,
 )
 
 __all__ = ["FORMAT", "NPY_MAGIC", "NpyFormat", "describe_npy", "write_npy"]
@@ -96,7 +97,7 @@ class NpyFormat:
         return head.startswith(NPY_MAGIC)
 
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
-        with fs.open(file.path, "rb") as fh:
+        with open_head(fs, file.path) as fh:
             if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
                 raise FormatError(
                     f"{file.path}: format = 'npy' but the file has no NPY magic (\\x93NUMPY); "

@@ -28,6 +28,7 @@ from streamload.formats.base import (
     ShardInfo,
     TokenShard,
     check_token_dtype,
+    open_head,
 )
 
 __all__ = [
@@ -106,7 +107,7 @@ def zero_tail_tokens(fs: Any, path: str, size: int, itemsize: int) -> int:
     checked in C (``bytes.rstrip``). A token is zero when all its bytes are.
     """
     zero_bytes, end, block = 0, size - size % itemsize, _FIRST_TAIL_BLOCK
-    with fs.open(path, "rb") as fh:
+    with open_head(fs, path) as fh:
         while end > 0:
             start = max(0, end - block - (end - block) % itemsize)
             fh.seek(start)

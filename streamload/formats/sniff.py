@@ -6,7 +6,7 @@ import posixpath
 from typing import Any
 
 from streamload.errors import FormatError
-from streamload.formats.base import SNIFF_BYTES, ListedFile, ReadOptions, ShardInfo
+from streamload.formats.base import SNIFF_BYTES, ListedFile, ReadOptions, ShardInfo, open_head
 from streamload.formats.raw import TATM_METADATA, tatm_dtype
 from streamload.formats.registry import get_format, sniff_format
 
@@ -42,7 +42,7 @@ def describe_shard(
     if file.size == 0:
         raise FormatError(f"{file.path}: shard is empty (0 bytes); remove it or regenerate it")
     if fmt == "auto":
-        with fs.open(file.path, "rb") as fh:
+        with open_head(fs, file.path) as fh:
             head = fh.read(SNIFF_BYTES)
         spec = sniff_format(file.path, head, siblings)
     else:
