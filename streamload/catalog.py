@@ -28,7 +28,7 @@ from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
 from streamload.formats.sniff import describe_shard, folder_dtype
-from streamload.listing import list_source_files, sibling_files
+from streamload.listing import list_source_files, retrying, sibling_files
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.store import StorageHandle
 
@@ -103,7 +103,7 @@ def describe_source(
         RemoteReadError: a remote header stays unreadable (``on_error = "raise"``).
     """
     storage = storage or StorageConfig()
-    fs, files = list_source_files(source)
+    fs, files = list_source_files(source, storage)
     handle = storage_handle(fs, source, storage)
     meta: dict[str, str | None] = {}
     siblings: dict[str, dict[str, str]] = {}
@@ -112,12 +112,13 @@ def describe_source(
         folder = posixpath.dirname(f.path)
         options = ReadOptions(
             dtype=source.dtype,
-            meta_dtype=folder_dtype(fs, folder, meta),
+            meta_dtype=retrying(storage, f"{folder}/", folder_dtype, fs, folder, meta),
             vocab_size=vocab_size,
             tokenizer=_tokenizer_spec(source),
         )
         listed = ListedFile(_url(fs, f.path, source), f.relpath, f.size, f.version)
-        jobs.append((listed, options, sibling_files(fs, folder, siblings)))
+        names = retrying(storage, f"listing {folder}/", sibling_files, fs, folder, siblings)
+        jobs.append((listed, options, names))
     if handle is None:
         fmt = source.format.value
         infos = [

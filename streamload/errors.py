@@ -5,7 +5,18 @@ Every message names the thing (file, field, source), the value found and what wa
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "FormatError", "StateError", "StreamloadError", "add_note"]
+__all__ = [
+    "PROGRAMMING_ERRORS",
+    "ConfigError",
+    "FormatError",
+    "StateError",
+    "StreamloadError",
+    "add_note",
+]
+
+PROGRAMMING_ERRORS = (TypeError, AttributeError, NameError, AssertionError, NotImplementedError)
+"""Errors no retry can fix: remote reads and listings raise them at once, never reporting
+them as an unreadable object after retries."""
 
 
 class StreamloadError(Exception):

@@ -10,19 +10,27 @@ here, never token data.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-from typing import Any
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import fsspec
 
 from streamload.config import SourceConfig
-from streamload.errors import ConfigError
+from streamload.config.storage import StorageConfig
+from streamload.errors import PROGRAMMING_ERRORS, ConfigError, StreamloadError
 from streamload.formats.base import ListedFile
+
+T = TypeVar("T")
 
 __all__ = [
     "TOKEN_SUFFIXES",
     "list_source_files",
     "object_version",
+    "retrying",
     "sibling_files",
     "source_filesystem",
 ]
@@ -58,16 +66,52 @@ def source_filesystem(source: SourceConfig) -> tuple[Any, list[str]]:
     return fs, stripped
 
 
-def list_source_files(source: SourceConfig) -> tuple[Any, list[ListedFile]]:
-    """List a source's shard files in the documented order.
+def retrying(storage: StorageConfig | None, what: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` (a listing or metadata call at start-up), retried on transient errors
+    like any remote request (``storage.retries``, ``backoff``): one 503 must not fail a job.
+
+    Raises:
+        ConfigError, FormatError: at once (a missing path stays missing).
+        RemoteReadError: every attempt failed; names ``what``, the attempts and the cause.
+    """
+    from streamload.remote.errors import RemoteReadError  # the remote package imports this
+
+    attempts = 1 + (storage.retries if storage is not None else 0)
+    backoff = storage.backoff if storage is not None else 0.0
+    for attempt in range(attempts):
+        try:
+            return fn(*args)
+        except (StreamloadError, *PROGRAMMING_ERRORS):
+            raise
+        except (FileNotFoundError, PermissionError) as exc:  # no retry changes these
+            raise ConfigError(
+                f"{what}: {type(exc).__name__}: {exc} (missing, or not readable with these "
+                "storage_options)"
+            ) from exc
+        except Exception as exc:
+            if attempt + 1 == attempts:
+                raise RemoteReadError(
+                    f"{what}: still failing after {attempts} attempts (storage.retries = "
+                    f"{attempts - 1}); last failure: {type(exc).__name__}: {exc}"
+                ) from exc
+            time.sleep(min(10.0, backoff * 2**attempt) * random.uniform(0.5, 1.0))
+    raise AssertionError("unreachable")
+
+
+def list_source_files(
+    source: SourceConfig, storage: StorageConfig | None = None
+) -> tuple[Any, list[ListedFile]]:
+    """List a source's shard files in the documented order (listing calls retried as
+    ``storage`` says, see :func:`retrying`).
 
     Raises:
         ConfigError: a path does not exist, matches nothing, or a file is listed twice.
+        RemoteReadError: a listing kept failing.
     """
     fs, entries = source_filesystem(source)
     files: list[ListedFile] = []
     for raw, entry in zip(source.paths, entries, strict=True):
-        found = _expand(fs, entry)
+        found = retrying(storage, f"listing {raw}", _expand, fs, entry)
         if not found:
             raise ConfigError(
                 f"source {source.name!r}: {raw!r} holds no token files "
@@ -109,18 +153,28 @@ def _expand(fs: Any, entry: str) -> list[ListedFile]:
     elif fs.isfile(entry + ".bin"):  # a Megatron path prefix: data/web_text_document
         return [_single(fs, entry + ".bin")]
     else:
+        with contextlib.suppress(FileNotFoundError):  # isdir/isfile say False on any error:
+            fs.info(entry)  # raise that one (retried) unless the path is missing
         raise ConfigError(f"{entry}: no such file or folder")
-    listed = [
-        ListedFile(i["name"], _relative(i["name"], root), int(i["size"]), object_version(i))
-        for i in files
-    ]
+    listed = [_listed(fs, i, _relative(i["name"], root)) for i in files]
     return sorted(listed, key=lambda f: f.path)
 
 
 def _single(fs: Any, path: str) -> ListedFile:
     info = fs.info(path)
-    name = info["name"]
-    return ListedFile(name, posixpath.basename(name), int(info["size"]), object_version(info))
+    return _listed(fs, info, posixpath.basename(info["name"]))
+
+
+def _listed(fs: Any, info: dict[str, Any], relpath: str) -> ListedFile:
+    """A listed file; a listing without sizes (an HTTP index page) asks for each file's."""
+    if info.get("size") is None:
+        info = fs.info(info["name"])
+        if info.get("size") is None:
+            raise ConfigError(
+                f"{info['name']}: the store gives no size for this file (no Content-Length); "
+                "list its files one by one in the source path"
+            )
+    return ListedFile(info["name"], relpath, int(info["size"]), object_version(info))
 
 
 def object_version(info: dict[str, Any]) -> str:

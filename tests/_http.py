@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from _s3 import free_port
 
@@ -32,9 +32,25 @@ class _RangeHandler(SimpleHTTPRequestHandler):
     ``validators = False`` neither ``ETag`` nor ``Last-Modified`` (an unversioned store)."""
 
     validators = True
+    flaky: ClassVar[list[int]] = [0]  # requests without Range still to answer 503 (shared)
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+    def _flake(self) -> bool:
+        if "Range" in self.headers or self.flaky[0] <= 0:
+            return False
+        self.flaky[0] -= 1
+        self.send_error(503, "Slow Down")
+        return True
+
+    def do_HEAD(self) -> None:
+        if not self._flake():
+            super().do_HEAD()
+
+    def do_GET(self) -> None:
+        if not self._flake():
+            super().do_GET()
 
     def send_header(self, keyword: str, value: str) -> None:
         if self.validators or keyword.lower() != "last-modified":
@@ -79,12 +95,13 @@ class _RangeHandler(SimpleHTTPRequestHandler):
 
 class RangeFileServer:
     """Serves ``root`` over HTTP on 127.0.0.1 (a free port), honouring ``Range``; with
-    ``validators = False`` its answers carry no ``ETag`` or ``Last-Modified``."""
+    ``validators = False`` its answers carry no ``ETag`` or ``Last-Modified``; ``flaky``
+    metadata requests (no ``Range``) are answered 503 first."""
 
-    def __init__(self, root: Path, validators: bool = True) -> None:
-        handler = partial(
-            type("Handler", (_RangeHandler,), {"validators": validators}), directory=str(root)
-        )
+    def __init__(self, root: Path, validators: bool = True, flaky: int = 0) -> None:
+        self.flaky = [flaky]  # the first ``flaky`` requests without Range are answered 503
+        attributes = {"validators": validators, "flaky": self.flaky}
+        handler = partial(type("Handler", (_RangeHandler,), attributes), directory=str(root))
         self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

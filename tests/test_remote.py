@@ -21,7 +21,7 @@ from _s3 import S3Server
 from _shards import is_mapped
 from conftest import Corpus, document_tokens
 
-from streamload import LoaderOptions, build_loader
+from streamload import ConfigError, LoaderOptions, build_loader
 from streamload.convert import open_writer
 from streamload.remote import RemoteReadError, RemoteStallError
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
@@ -393,3 +393,26 @@ def test_start_up_reads_only_header_bytes(
     source = {"name": "w", "path": url, "storage_options": s3.storage_options()}
     describe_sources(load_config({"seq_len": 16, "sources": [source]}))
     assert 0 < sum(fetched) <= 2 * 2 * (HEAD_READAHEAD + 1024)  # sniff + header, per shard
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+@pytest.mark.parametrize("path", ["{url}/", "{url}/*.bin"])
+def test_http_folders_and_globs_list_through_transient_errors(
+    make_corpus: Callable[..., Corpus], tmp_path: Path, path: str
+) -> None:
+    """An HTTP index page lists a folder (sizes asked per file: the page has none); listing
+    and metadata calls answered 503 at first are retried like reads."""
+    corpus = make_corpus([600, 500, 700], fmt="raw")
+    with RangeFileServer(corpus.folder, flaky=2) as server:
+        config = remote_config(corpus, path.format(url=server.url), {}, tmp_path / "c",
+                               source={"format": "raw"})  # fmt: skip
+        assert_batches_equal(batches(corpus.config(seq_len=16)), batches(config), path)
+        assert server.flaky == [0]  # both 503s were answered, and retried
+
+
+def test_a_missing_path_is_named_at_once(tmp_path: Path, s3: S3Server) -> None:
+    config = {"seq_len": 16, "storage": {"cache_dir": str(tmp_path), **FAST},
+              "sources": [{"name": "w", "path": "s3://nobucket-here/data/",
+                           "storage_options": s3.storage_options()}]}  # fmt: skip
+    with pytest.raises(ConfigError, match=r"nobucket-here/data.*no such file or folder"):
+        build_loader(config, batch_size=4)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from streamload.config.storage import RangeClient, StorageConfig
-from streamload.errors import ConfigError, FormatError
+from streamload.errors import PROGRAMMING_ERRORS, ConfigError, FormatError
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.handle import RemoteObject
 from streamload.remote.http_client import HttpRangeClient, SignatureRefused
@@ -138,7 +138,7 @@ class RangeFetcher:
                     f"{url}: cannot read {what}: {type(exc).__name__}: {exc}; the object is "
                     "missing or not readable with these storage_options"
                 ) from exc
-            except (FormatError, ConfigError, RemoteReadError):
+            except (FormatError, ConfigError, RemoteReadError, *PROGRAMMING_ERRORS):
                 raise  # a corrupt header stays corrupt; a nested read already retried
             except _Truncated as exc:
                 last = str(exc)
