@@ -6,7 +6,8 @@ other data, a reordered or re-tokenized corpus, without reading token data; and 
 of where the corpus is mounted, so a run may move its data between folders or buckets.
 
 Remote sources (any fsspec URL but ``file://``) are listed once; their headers are read
-concurrently (``storage.max_concurrency``) with retries, and every shard carries a
+concurrently (``storage.max_concurrency``) with retries, or taken from the catalog cache when
+the listing shows the very same objects (:mod:`streamload.catalog_cache`), and every shard carries a
 :class:`~streamload.remote.StorageHandle` through which its tokens are later read by byte
 range (docs/remote.md). With ``on_error = "skip"`` a shard whose header stays unreadable is
 left out, warned about and counted; the fingerprint then covers only the shards kept.
@@ -22,6 +23,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from streamload.catalog_cache import catalog_key, load_catalog, save_catalog
 from streamload.config import DataConfig, SourceConfig
 from streamload.config.source import OnError
 from streamload.config.storage import StorageConfig
@@ -129,6 +131,22 @@ def describe_source(
 
 
 def _describe_remote(
+    fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Any]
+) -> SourceCatalog:
+    """Describe remote shards concurrently, or take them from the catalog cache when the
+    listing shows the same objects (:mod:`streamload.catalog_cache`)."""
+    key = catalog_key(source.format.value, jobs) if storage.cache_size else None
+    if key is not None:
+        cached = load_catalog(storage.cache_root, key, handle)
+        if cached is not None and len(cached) == len(jobs):
+            return SourceCatalog(source, tuple(cached))
+    catalog = _describe_all(fs, source, storage, handle, jobs)
+    if key is not None and not catalog.skipped:
+        save_catalog(storage.cache_root, key, catalog.shards)
+    return catalog
+
+
+def _describe_all(
     fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Any]
 ) -> SourceCatalog:
     fetcher = handle.store().fetcher

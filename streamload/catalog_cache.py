@@ -1,0 +1,100 @@
+"""The described shards of a remote source, cached on local disk under a content key.
+
+Describing a remote shard reads its header (and validates its index: a Megatron ``.idx`` is
+read whole), so every start-up of every rank would read them all again. After the one
+listing a start-up needs anyway, the source's shard descriptions are looked up under a key
+that covers everything they depend on: every listed file's URL, size and version, the
+versions of the files beside them (companions, sniffing), the source's format and the read
+options (dtype, tatm dtype, vocabulary size). A replaced object has another version, hence
+another key, so a hit is exactly what describing again would give; a restart, or another
+rank on the machine, reads no header at all.
+
+Entries are JSON files ``<cache_dir>/catalog/<k[:2]>/<k>.json`` written to a temporary name
+and renamed (no locks; two writers write equal bytes). Nothing is cached when a listed object
+has no version (a same-size replacement could not be told apart), when the source tokenizes
+on the fly (the tokenizer file's content is not in the key), when a shard was skipped (a
+transient fault must not be remembered), or without a disk cache (``cache_size = 0``).
+Entries are small (a few hundred bytes per shard) and never evicted; delete the folder to
+reclaim them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
+
+__all__ = ["SCHEMA", "catalog_key", "load_catalog", "save_catalog"]
+
+SCHEMA = "streamload-catalog-1"
+"""Version of the key and the entry layout (change it when ShardInfo or describing changes)."""
+
+_FIELDS = [f.name for f in dataclasses.fields(ShardInfo) if f.name != "storage"]
+_LOG = logging.getLogger("streamload.remote")
+
+Job = tuple[ListedFile, ReadOptions, dict[str, str]]
+"""A file to describe: as listed, its read options, and its folder's files and versions."""
+
+
+def catalog_key(fmt: str, jobs: Sequence[Job]) -> str | None:
+    """The content key of describing ``jobs`` with format ``fmt`` (``None``: not cacheable,
+    see the module docstring)."""
+    digest = hashlib.sha256(f"{SCHEMA}\0{fmt}\n".encode())
+    folders: dict[int, str] = {}  # the files beside each shard, hashed once per folder
+    for listed, options, siblings in jobs:
+        if not listed.version or options.tokenizer is not None:
+            return None
+        folder = folders.get(id(siblings))
+        if folder is None:
+            text = json.dumps(sorted(siblings.items()))
+            folder = folders[id(siblings)] = hashlib.sha256(text.encode()).hexdigest()
+        fields = (listed.path, listed.relpath, listed.size, listed.version, options.dtype,
+                  options.meta_dtype, options.vocab_size, folder)  # fmt: skip
+        digest.update(json.dumps(fields).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _path(root: str, key: str) -> str:
+    return os.path.join(root, "catalog", key[:2], f"{key}.json")
+
+
+def load_catalog(root: str, key: str, storage: Any) -> list[ShardInfo] | None:
+    """The shards cached under ``key`` (bound to ``storage``), or ``None`` (a miss, or an entry
+    that does not parse: it is described again and rewritten)."""
+    try:
+        with open(_path(root, key), encoding="utf-8") as fh:
+            entry = json.load(fh)
+        if entry["schema"] != SCHEMA:
+            return None
+        return [ShardInfo(**shard, storage=storage) for shard in entry["shards"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_catalog(root: str, key: str, shards: Sequence[ShardInfo]) -> None:
+    """Store ``shards`` under ``key`` (atomically); a cache that cannot be written only costs
+    the next start-up its header reads."""
+    entry = {
+        "schema": SCHEMA,
+        "shards": [{name: getattr(shard, name) for name in _FIELDS} for shard in shards],
+    }
+    path = _path(root, key)
+    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        text = json.dumps(entry)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except (OSError, TypeError, ValueError) as exc:
+        _LOG.debug("streamload: cannot cache the shard descriptions at %s: %s", path, exc)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
