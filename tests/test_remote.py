@@ -416,3 +416,39 @@ def test_a_missing_path_is_named_at_once(tmp_path: Path, s3: S3Server) -> None:
                            "storage_options": s3.storage_options()}]}  # fmt: skip
     with pytest.raises(ConfigError, match=r"nobucket-here/data.*no such file or folder"):
         build_loader(config, batch_size=4)
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_skip_covers_an_unreadable_document_index(
+    upload: Callable[[Path], str], s3: S3Server, tmp_path: Path,
+    make_corpus: Callable[..., Corpus],
+) -> None:  # fmt: skip
+    """With packing masks, a shard whose .idx is deleted after start-up is skipped like
+    unreadable tokens: its samples come with every label -100, counted; the rest as local."""
+    tokens = document_tokens(3000, eos_token_id=0, vocab_size=1000, mean_doc_len=20.0, seed=4)
+    folder = tmp_path / "m"
+    _write_format(folder, "megatron", tokens.astype(np.uint16), 0)
+    url = upload(folder)
+    base = make_corpus([10]).config(seq_len=16, packing={"masks": True},
+                                    sampling={"cross_shard": False})  # fmt: skip
+    local = {**base, "sources": [{"name": "w", "path": str(folder), "format": "megatron"}]}
+    remote = {**local, "storage": {"cache_dir": str(tmp_path / "c"), **FAST},
+              "sources": [{"name": "w", "path": url, "format": "megatron", "on_error": "skip",
+                           "storage_options": s3.storage_options()}]}  # fmt: skip
+    want = batches(local)
+    with build_loader(remote, batch_size=4) as loader:
+        bucket, prefix = url.removeprefix("s3://").split("/", 1)
+        s3.client().delete_object(Bucket=bucket, Key=f"{prefix}/shard_1.idx")
+        got = list(loader)
+        stats = loader.stats()["storage"]["w"]
+    assert len(got) == len(want)
+    skipped = 0
+    for a, b in zip(want, got, strict=True):
+        for row in range(a["labels"].shape[0]):
+            if bool((b["labels"][row] == -100).all()) and not (a["labels"][row] == -100).all():
+                skipped += 1
+            else:
+                for key in ("input_ids", "labels", "doc_ids", "position_ids"):
+                    assert torch.equal(a[key][row], b[key][row]), key
+    assert skipped == stats["skipped_samples"] > 0
+    assert [name.rsplit("/", 1)[-1] for name in stats["skipped"]] == ["shard_1.bin"]

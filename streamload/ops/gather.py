@@ -308,6 +308,16 @@ class ShardSet:
             self._skipped.starts = []
         self._skipped.starts.append(start)
 
+    def _skip_rows(self, sid: int, exc: RemoteReadError, starts: np.ndarray) -> None:
+        """Rows at stream offsets ``starts`` whose shard ``sid`` has an unreadable document
+        index: skipped like unreadable tokens (raises unless ``on_error = "skip"``); rows
+        already skipped this chunk are not counted twice."""
+        if not hasattr(self._skipped, "starts"):
+            self._skipped.starts = []
+        new = np.setdiff1d(starts, np.asarray(self._skipped.starts, dtype=np.int64))
+        skip_unreadable(self.shards[sid], exc, samples=int(new.size))
+        self._skipped.starts.extend(new.tolist())
+
     def _stitch(
         self, get: Callable[[int], TokenShard], sid: int, loc: int, start: int, row: np.ndarray
     ) -> None:
@@ -341,7 +351,11 @@ class ShardSet:
         ]
         for sid in np.unique(np.concatenate([first, last, *spans])).tolist():
             rows = np.flatnonzero((first <= sid) & (last >= sid))
-            bounds = self.shard(sid).document_bounds()
+            try:
+                bounds = self.shard(sid).document_bounds()
+            except RemoteReadError as exc:  # an unreadable index: the rows are skipped
+                self._skip_rows(sid, exc, starts[rows])
+                continue
             if bounds is None:
                 raise FormatError(f"{self.shards[sid].path}: format has no document index")
             local = starts[rows] - self.offsets[sid]
