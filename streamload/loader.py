@@ -125,8 +125,18 @@ class StreamLoader:
             )
 
     def close(self) -> None:
-        """Stop the workers now (they also stop when the loader is garbage-collected)."""
+        """Stop the workers now (they also stop when the loader is garbage-collected), and
+        drop the in-memory piece caches of its remote stores (their disk cache, counters and
+        connections stay: another loader, or this one iterated again, reuses them)."""
         self._close()
+        handles = {
+            info.storage.key: info.storage
+            for source in self.stream.sources
+            for info in source.shards.shards
+            if info.is_remote
+        }
+        for handle in handles.values():
+            handle.store().clear_memory()
 
     def __enter__(self) -> StreamLoader:
         return self

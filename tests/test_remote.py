@@ -452,3 +452,23 @@ def test_skip_covers_an_unreadable_document_index(
                     assert torch.equal(a[key][row], b[key][row]), key
     assert skipped == stats["skipped_samples"] > 0
     assert [name.rsplit("/", 1)[-1] for name in stats["skipped"]] == ["shard_1.bin"]
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_closing_a_loader_frees_its_memory_cache(
+    make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    from streamload.remote.store import RemoteStore
+
+    corpus = make_corpus([600, 500])
+    config = remote_config(corpus, upload(corpus.folder), s3.storage_options(), tmp_path / "c")
+    loader = build_loader(config, batch_size=4)
+    first = list(loader)
+    (store,) = [s for s in RemoteStore.all_stores() if s.config.cache_dir == str(tmp_path / "c")]
+    assert store._memory_bytes > 0
+    loader.close()
+    assert store._memory_bytes == 0 and loader.stats()["storage"]["web"]["requests"] > 0
+    with build_loader(corpus.config(seq_len=16), batch_size=4) as local:
+        assert_batches_equal(list(local), first, "first pass")
+        assert_batches_equal(list(local), list(loader), "second pass, after close")

@@ -340,6 +340,12 @@ class RemoteStore:
     ) -> bytes:
         return wait_watched(future, (obj.url, start, end), self.config, self.stats)
 
+    def clear_memory(self) -> None:
+        """Drop the in-memory pieces (a closed loader's; pieces stay in the disk cache)."""
+        with self._lock:
+            self._memory.clear()
+            self._memory_bytes = 0
+
     def close(self) -> None:
         """Stop this store's pools (queued fetches are cancelled; running ones finish in the
         background). Stores live as long as their process; this is for stores built directly
