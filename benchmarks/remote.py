@@ -83,14 +83,17 @@ def time_loader(
     return batches * batch["input_ids"].numel() / took
 
 
-def read_config(args: argparse.Namespace, reads: str) -> tuple[dict, dict, int]:
-    """Sampling table, storage options and timed batches of one way of reading."""
+def read_config(args: argparse.Namespace, reads: str, step: float) -> tuple[dict, dict, int]:
+    """Sampling table, storage options and timed batches of one way of reading (the stream
+    repeats the corpus, so a timed run may span several epochs)."""
+    batches = args.step_batches if step else args.batches
+    sampling: dict[str, Any] = {"num_samples": 10**9}
     if reads == "exact":  # a request per window: few batches, or a run takes minutes
-        return {}, {"window_reads": "exact"}, args.exact_batches
+        return sampling, {"window_reads": "exact"}, args.exact_batches
     if reads == "blocks":
         storage = {"window_reads": "blocks", "block_size": args.block_size}
-        return {"shuffle_block": args.shuffle_block}, storage, args.batches
-    return {}, {"whole_shard_size": 1 << 40}, args.batches
+        return {**sampling, "shuffle_block": args.shuffle_block}, storage, batches
+    return sampling, {"whole_shard_size": 1 << 40}, batches
 
 
 def remote_rows(
@@ -99,7 +102,7 @@ def remote_rows(
 ) -> list[dict]:  # fmt: skip
     """Cold and warm rows of one way of reading with these s3fs ``options``."""
     reads, client = case
-    sampling, storage, batches = read_config(args, reads)
+    sampling, storage, batches = read_config(args, reads, step)
     rows = []
     for prefetch in (args.prefetch_batches, 0):
         cold, warm = [], []
@@ -144,7 +147,7 @@ def throughput_rows(args: argparse.Namespace, server: Any, work: Path) -> list[d
     for step in (0.0, args.step_ms / 1000):
         local = {}
         for reads in dict.fromkeys(reads for reads, _ in CASES):
-            sampling, _, batches = read_config(args, reads)
+            sampling, _, batches = read_config(args, reads, step)
             config = {**base, "sampling": sampling}
             values = [
                 time_loader(config, args.batch_size, batches, args.workers, step)
@@ -168,51 +171,61 @@ def throughput_rows(args: argparse.Namespace, server: Any, work: Path) -> list[d
     return rows
 
 
-def first_batch_rows(args: argparse.Namespace, server: Any, work: Path) -> list[dict]:
-    folder = work / "many"
+def _many_shards(args: argparse.Namespace, server: Any, folder: Path, npy: bool) -> str:
+    """``--many-shards`` small shards (raw ``.bin`` or ``.npy``) in ``folder``, uploaded;
+    returns their ``s3://`` prefix."""
     folder.mkdir()
     tokens = np.arange(args.many_tokens, dtype=np.uint16)
     for i in range(args.many_shards):
-        tokens.tofile(folder / f"part_{i:05d}.bin")
+        if npy:
+            np.save(folder / f"part_{i:05d}.npy", tokens)
+        else:
+            tokens.tofile(folder / f"part_{i:05d}.bin")
     client, prefix = server.client(), uuid.uuid4().hex[:8]
-    client.create_bucket(Bucket="many")
+    if "many" not in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
+        client.create_bucket(Bucket="many")
     began = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        list(
-            pool.map(
-                lambda p: client.upload_file(str(p), "many", f"{prefix}/{p.name}"),
-                sorted(folder.iterdir()),
-            )
-        )
-    print(
-        f"uploaded {args.many_shards} shards in {time.perf_counter() - began:.1f} s",
-        file=sys.stderr,
-    )
+        paths = sorted(folder.iterdir())
+        list(pool.map(lambda p: client.upload_file(str(p), "many", f"{prefix}/{p.name}"), paths))
+    took = time.perf_counter() - began
+    print(f"uploaded {args.many_shards} shards in {took:.1f} s", file=sys.stderr)
+    return f"s3://many/{prefix}"
+
+
+def _first_batch(path: str, options: dict, raw: bool, cache: str) -> float:
+    source = {"name": "many", "path": path, "storage_options": options}
+    if raw:
+        source.update(format="raw", dtype="uint16")
+    config = {"seq_len": 64, "sources": [source], "storage": {"cache_dir": cache}}
+    began = time.perf_counter()
+    with streamload.build_loader(config, batch_size=8) as loader:
+        next(iter(loader))
+    return time.perf_counter() - began
+
+
+def first_batch_rows(args: argparse.Namespace, server: Any, work: Path) -> list[dict]:
+    """Build + first batch over ``--many-shards`` shards: raw shards with format and dtype
+    given (no header to read), and NPY shards (a header each) with an empty cache folder and
+    again with the catalog cached by the previous start-up."""
+    options = server.storage_options()
     rows = []
-    for name, path, options in (
-        ("local", str(folder), {}),
-        ("s3", f"s3://many/{prefix}", server.storage_options()),
-    ):
-        seconds = []
-        for _ in range(args.repeats):
-            config = {
-                "seq_len": 64,
-                "sources": [
-                    {
-                        "name": "many",
-                        "path": path,
-                        "format": "raw",
-                        "dtype": "uint16",
-                        "storage_options": options,
-                    }
-                ],
-                "storage": {"cache_dir": tempfile.mkdtemp(dir=work)},
-            }
-            began = time.perf_counter()
-            with streamload.build_loader(config, batch_size=8) as loader:
-                next(iter(loader))
-            seconds.append(time.perf_counter() - began)
-        rows.append({"case": name, "shards": args.many_shards, "seconds": median(seconds)})
+    for raw in (True, False):
+        folder = work / ("many_raw" if raw else "many_npy")
+        url = _many_shards(args, server, folder, npy=not raw)
+        kind = "raw, format and dtype given" if raw else "npy"
+        cases = [("local", str(folder), {}, False), ("s3", url, options, False)]
+        if not raw:
+            cases.append(("s3, catalog cached", url, options, True))
+        for name, path, opts, warm in cases:
+            seconds = []
+            for _ in range(args.repeats):
+                cache = tempfile.mkdtemp(dir=work)
+                if warm:
+                    _first_batch(path, opts, raw, cache)  # a previous start-up
+                seconds.append(_first_batch(path, opts, raw, cache))
+            rows.append({"case": f"{name} ({kind})", "shards": args.many_shards,
+                         "seconds": median(seconds)})  # fmt: skip
     return rows
 
 
@@ -276,7 +289,8 @@ def main() -> None:
     parser.add_argument("--server", choices=["auto", "s3rver", "moto"], default="auto")
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--batches", type=int, default=1500, help="timed batches per case")
+    parser.add_argument("--batches", type=int, default=6000, help="timed batches per case")
+    parser.add_argument("--step-batches", type=int, default=1500, help="... with a train step")
     parser.add_argument("--exact-batches", type=int, default=100, help="... of exact reads")
     parser.add_argument("--workers", type=int, default=2, help="thread workers")
     parser.add_argument("--latency", type=float, default=0.05, help="injected seconds")
@@ -349,7 +363,8 @@ def throughput_part(args: argparse.Namespace, machine: Any) -> None:
                 f"Corpus: {args.shards} NPY shards of {args.shard_tokens} uint32 tokens "
                 f"({args.shards * args.shard_tokens * 4 >> 20} MiB), seq_len {args.seq_len}; "
                 f"batch {args.batch_size}, {args.workers} thread workers; {args.batches} timed "
-                f"batches ({args.exact_batches} for exact) after 1 warm-up; median of "
+                f"batches ({args.step_batches} with a train step, {args.exact_batches} for "
+                "exact; the corpus repeats) after 1 warm-up; median of "
                 f"{args.repeats}; memory LRU {args.memory_size >> 20} MiB.",
                 "exact = uniform shuffle, one range request per window (coalesced within 64 "
                 f"KiB); blocks = sampling.shuffle_block {args.shuffle_block} with "
@@ -378,8 +393,10 @@ def listing_part(args: argparse.Namespace, machine: Any) -> None:
                 ("seconds", "build + first batch s", ".2f"),
             ],
             [
-                f"Raw uint16 shards of {args.many_tokens} tokens (format and dtype given, so no "
-                "header is read); one listing call; seq_len 64, batch 8."
+                f"Shards of {args.many_tokens} uint16 tokens: raw with format and dtype given (no "
+                "header is read), or NPY (a header each, read concurrently; 'catalog cached': "
+                "a previous start-up over the same objects left their descriptions in the "
+                "cache folder). One listing call; seq_len 64, batch 8."
             ],
             machine,
         )
