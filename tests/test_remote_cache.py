@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from streamload import build_loader
 from streamload.config import DataConfig, StorageConfig
 from streamload.errors import ConfigError
 from streamload.remote import DiskBlockCache, RemoteStore
-from streamload.remote.block_cache import STALE_TEMP_SECONDS
+from streamload.remote.block_cache import RESCAN_SHARE, STALE_TEMP_SECONDS
 from streamload.testing import assert_batches_equal
 
 pytest.importorskip("moto.server")
@@ -32,10 +33,12 @@ def test_eviction_keeps_the_limit_and_the_recent_blocks(tmp_path: Path) -> None:
     for i in range(8):
         cache.put(f"{i:02d}key", bytes([i]) * 100)
         time.sleep(0.01)  # distinct mtimes
+    assert cache.wait_idle(30)
     assert cache.get("00key", 100) == bytes([0]) * 100  # touched: now the most recent
     for i in range(8, 14):
         cache.put(f"{i:02d}key", bytes([i]) * 100)
         time.sleep(0.01)
+        assert cache.wait_idle(30)  # eviction runs in the scan thread
         assert cache.usage() <= cache.limit
     assert cache.get("00key", 100) is not None
     assert cache.get("01key", 100) is None  # the least recently used went first
@@ -52,6 +55,122 @@ def test_crash_leftovers_are_removed_and_partial_blocks_ignored(tmp_path: Path) 
     cache.evict()
     assert not stale.exists()
     assert cache.get("abcd", 11) is None  # a block of the wrong length is a miss
+
+
+def _on_scan(
+    monkeypatch: pytest.MonkeyPatch, cache: DiskBlockCache, before: Callable[[], None]
+) -> list[int]:
+    """Call ``before`` as each of the cache's scans begins; the list counts the scans."""
+    scans: list[int] = []
+    scan = cache._scan
+
+    def wrapped() -> object:
+        scans.append(threading.get_ident())
+        before()
+        return scan()
+
+    monkeypatch.setattr(cache, "_scan", wrapped)
+    return scans
+
+
+def test_a_put_never_waits_for_a_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = DiskBlockCache(str(tmp_path), limit=1000)
+    started, release, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def block() -> None:
+        started.set()
+        release.wait(60)
+        returned.set()
+
+    scans = _on_scan(monkeypatch, cache, block)
+    cache.put("00key", b"x" * 100)  # the first write asks for a scan: it blocks
+    assert started.wait(30)
+    for i in range(1, 50):  # 5x the limit, each write asking for a scan
+        cache.put(f"{i:02d}key", b"x" * 100)
+    assert not returned.is_set()  # every put finished while the scan was blocked
+    assert scans and threading.get_ident() not in scans
+    release.set()
+    assert cache.wait_idle(30)
+    assert len(scans) == 2  # the 49 requests during the scan coalesced into one more scan
+    assert cache.usage() <= cache.limit
+
+
+def test_scans_are_due_by_bytes_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = DiskBlockCache(str(tmp_path), limit=RESCAN_SHARE * 1000)  # a scan per 1000 bytes
+    scans = _on_scan(monkeypatch, cache, lambda: None)
+
+    def put(key: str, size: int) -> None:
+        cache.put(key, b"x" * size)
+        assert cache.wait_idle(30)
+
+    put("first", 10)  # the first write: the cache's size is unknown
+    assert len(scans) == 1
+    for i in range(99):  # 990 bytes in 99 writes: not yet
+        put(f"a{i:02d}", 10)
+    assert len(scans) == 1
+    put("b00", 10)  # 1000 bytes since the last scan
+    assert len(scans) == 2
+    put("c00", 1000)  # one write of 1000 bytes
+    assert len(scans) == 3
+    assert cache.evict() == 0 and len(scans) == 4  # evict() scans in the caller's thread
+
+
+def test_caches_sharing_a_folder_stay_within_the_bound(tmp_path: Path) -> None:
+    limit = RESCAN_SHARE * 1000
+    bound = limit + 4 * (limit // RESCAN_SHARE)  # documented: 4 processes, 1.25x the limit
+
+    def key(n: int, i: int) -> str:
+        return hashlib.sha256(f"{n}-{i}".encode()).hexdigest()[:40]
+
+    caches = [DiskBlockCache(str(tmp_path / "a"), limit) for _ in range(4)]  # as 4 processes
+    for i in range(300):  # 7.5x the limit
+        for n, cache in enumerate(caches):
+            cache.put(key(n, i), b"x" * 100)
+    assert all(cache.wait_idle(30) for cache in caches)
+    assert caches[0].usage() < bound
+    # Each process knows the cache holds 0.9x the limit, then writes 0.09x: no estimate
+    # passes the limit, together they would reach 1.26x without the rescans by bytes.
+    caches = [DiskBlockCache(str(tmp_path / "b"), limit) for _ in range(4)]
+    for i in range(144):
+        caches[0].put(key(0, i), b"x" * 100)
+    assert caches[0].wait_idle(30)
+    assert [cache.evict() for cache in caches] == [0] * 4
+    for i in range(15):
+        for n, cache in enumerate(caches):
+            cache.put(key(n + 10, i), b"x" * 100)
+    assert all(cache.wait_idle(30) for cache in caches)
+    assert caches[0].usage() < bound
+
+
+@pytest.mark.filterwarnings("ignore:This process")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork")
+def test_a_forked_child_scans_in_its_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = DiskBlockCache(str(tmp_path), limit=1000)
+    parent, started, release = os.getpid(), threading.Event(), threading.Event()
+
+    def block() -> None:
+        if os.getpid() == parent:
+            started.set()
+            release.wait(60)
+
+    _on_scan(monkeypatch, cache, block)
+    cache.put("00key", b"x" * 100)
+    assert started.wait(30)  # the parent's scan thread holds the scan lock
+    pid = os.fork()
+    if pid == 0:  # the child: its own scan thread evicts
+        code = 1
+        try:
+            for i in range(1, 30):
+                cache.put(f"{i:02d}key", b"x" * 100)
+            code = 0 if cache.wait_idle(30) and cache.usage() <= cache.limit else 2
+        finally:
+            os._exit(code)
+    release.set()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert cache.wait_idle(30)
 
 
 def _upload(s3: S3Server, corpus: Corpus) -> str:
@@ -80,6 +199,7 @@ def test_loader_respects_the_cache_limit(
     assert_batches_equal(list(build_loader(corpus.config(seq_len=16), batch_size=4)), remote)
     assert stats["evicted_blocks"] > 0
     assert all(store.drain() for store in RemoteStore.all_stores())  # prefetches still landing
+    assert all(store.disk.wait_idle(30) for store in RemoteStore.all_stores() if store.disk)
     assert DiskBlockCache(str(tmp_path), limit).usage() <= limit
 
 
