@@ -80,8 +80,9 @@ class StorageConfig:
         timeout: Seconds one request may take before it is abandoned and retried.
         stall_warning: Seconds a reader waits for one object before a warning names it.
         stall_timeout: Seconds a reader waits for one object before it fails, naming it.
-        whole_shard_size: Token files up to this many bytes are fetched whole into the cache
-            on first use (0: always by exact window ranges).
+        whole_shard_size: Token files up to this many bytes (and at most half of
+            ``cache_size``) are downloaded whole into the disk cache on first use and mapped
+            (0: never; windows are read by range).
         coalesce_gap: Byte ranges at most this far apart are fetched by one request (the gap
             is read too; a round trip costs more than a few KiB on any object store).
     """
