@@ -91,7 +91,9 @@ def test_shape_is_kept() -> None:
 
 
 @SETTINGS
-@given(n=st.integers(10, 3000), seed=seeds, epoch=epochs, stream=streams, data=st.data())
+# From n = 17 the Feistel domain has 64 values: two keys giving one permutation is then
+# vanishingly rare (for n = 10, 1.6e-6 per pair: a keyed shuffle of 10! orders must repeat).
+@given(n=st.integers(20, 3000), seed=seeds, epoch=epochs, stream=streams, data=st.data())
 def test_different_keys_give_different_permutations(
     n: int, seed: int, epoch: int, stream: str, data: st.DataObject
 ) -> None:
