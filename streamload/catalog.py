@@ -23,18 +23,23 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from streamload.catalog_cache import catalog_key, load_catalog, save_catalog
+from streamload.catalog_cache import Job, catalog_key, load_catalog, save_catalog
 from streamload.config import DataConfig, SourceConfig
 from streamload.config.source import OnError
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
 from streamload.formats.sniff import describe_shard, folder_dtype
-from streamload.listing import list_source_files, retrying, sibling_files
+from streamload.listing import Siblings, list_source_files, retrying, sibling_files
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.store import StorageHandle
 
 __all__ = ["SourceCatalog", "describe_source", "describe_sources", "storage_handle"]
+
+COMPANION_SUFFIXES = ("idx", "csv.gz", "ds.index", "ds.loss", "ds.metadata", "tok.json")
+"""Files beside a token file ``X.<ext>`` named ``X.<suffix>`` that its format reads (Megatron
+``.idx``, dolma ``.csv.gz``, datatrove ``.ds.index/.loss/.metadata``, a jsonl record): their
+listed versions go with the shard, so a remote one is read only in that version."""
 
 
 @dataclass(frozen=True)
@@ -108,8 +113,8 @@ def describe_source(
     fs, files = list_source_files(source, storage)
     handle = storage_handle(fs, source, storage)
     meta: dict[str, str | None] = {}
-    siblings: dict[str, dict[str, str]] = {}
-    jobs = []
+    siblings: dict[str, Siblings] = {}
+    jobs: list[Job] = []
     for f in files:  # folder facts first (one listing per folder), sequentially
         folder = posixpath.dirname(f.path)
         options = ReadOptions(
@@ -124,14 +129,14 @@ def describe_source(
     if handle is None:
         fmt = source.format.value
         infos = [
-            describe_shard(fs, listed, fmt, opts, frozenset(names)) for listed, opts, names in jobs
+            describe_shard(fs, listed, fmt, opts, folder.names) for listed, opts, folder in jobs
         ]
         return SourceCatalog(source, tuple(infos))
     return _describe_remote(fs, source, storage, handle, jobs)
 
 
 def _describe_remote(
-    fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Any]
+    fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Job]
 ) -> SourceCatalog:
     """Describe remote shards concurrently, or take them from the catalog cache when the
     listing shows the same objects (:mod:`streamload.catalog_cache`)."""
@@ -147,23 +152,27 @@ def _describe_remote(
 
 
 def _describe_all(
-    fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Any]
+    fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Job]
 ) -> SourceCatalog:
     fetcher = handle.store().fetcher
 
-    def describe(job: tuple[ListedFile, ReadOptions, dict[str, str]]) -> ShardInfo | str:
-        listed, options, files = job
+    def describe(job: tuple[ListedFile, ReadOptions, Siblings]) -> ShardInfo | str:
+        listed, options, folder = job
         try:
             # One retry, timeout and counting policy for every remote read (remote/fetch.py).
             info = fetcher.call(listed.path, "its header", describe_shard, fs, listed,
-                                source.format.value, options, frozenset(files))  # fmt: skip
+                                source.format.value, options, folder.names)  # fmt: skip
         except RemoteReadError as exc:
             if source.on_error is not OnError.SKIP:
                 raise
             return str(exc)
         name = posixpath.basename(listed.path)
         stem = name.rsplit(".", 1)[0] + "."  # X.bin: X.idx; X.ds: X.ds.index, X.ds.loss
-        companions = {n: v for n, v in files.items() if n.startswith(stem) and n != name}
+        companions = {  # X.bin's X.idx...: a lookup per suffix, not a scan of the folder
+            n: folder.versions[n]
+            for n in (stem + suffix for suffix in COMPANION_SUFFIXES)
+            if n in folder.versions
+        }
         return dataclasses.replace(
             info, version=listed.version, storage=handle, companions=companions
         )

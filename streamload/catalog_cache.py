@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
+from streamload.listing import Siblings
 
 __all__ = ["SCHEMA", "catalog_key", "load_catalog", "save_catalog"]
 
@@ -40,7 +41,7 @@ SCHEMA = "streamload-catalog-1"
 _FIELDS = [f.name for f in dataclasses.fields(ShardInfo) if f.name != "storage"]
 _LOG = logging.getLogger("streamload.remote")
 
-Job = tuple[ListedFile, ReadOptions, dict[str, str]]
+Job = tuple[ListedFile, ReadOptions, Siblings]
 """A file to describe: as listed, its read options, and its folder's files and versions."""
 
 
@@ -54,7 +55,7 @@ def catalog_key(fmt: str, jobs: Sequence[Job]) -> str | None:
             return None
         folder = folders.get(id(siblings))
         if folder is None:
-            text = json.dumps(sorted(siblings.items()))
+            text = json.dumps(sorted(siblings.versions.items()))
             folder = folders[id(siblings)] = hashlib.sha256(text.encode()).hexdigest()
         fields = (listed.path, listed.relpath, listed.size, listed.version, options.dtype,
                   options.meta_dtype, options.vocab_size, folder)  # fmt: skip

@@ -15,7 +15,7 @@ import posixpath
 import random
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import fsspec
 
@@ -27,6 +27,7 @@ from streamload.formats.base import ListedFile
 T = TypeVar("T")
 
 __all__ = [
+    "Siblings",
     "TOKEN_SUFFIXES",
     "list_source_files",
     "object_version",
@@ -190,15 +191,23 @@ def object_version(info: dict[str, Any]) -> str:
     return ""
 
 
-def sibling_files(fs: Any, folder: str, cache: dict[str, dict[str, str]]) -> dict[str, str]:
-    """Names of the files in ``folder`` with their listed versions (:func:`object_version`;
-    one listing per folder, cached): sniffing looks for companions by name, and a remote
-    companion is later read only in the version listed here."""
+class Siblings(NamedTuple):
+    """The files of one folder: name → listed version (:func:`object_version`), and the set of
+    names (built once per folder: a folder may hold many thousands of shards)."""
+
+    versions: dict[str, str]
+    names: frozenset[str]
+
+
+def sibling_files(fs: Any, folder: str, cache: dict[str, Siblings]) -> Siblings:
+    """The files in ``folder`` (one listing per folder, cached): sniffing looks for companions
+    by name, and a remote companion is later read only in the version listed here."""
     if folder not in cache:
-        cache[folder] = {
+        versions = {
             posixpath.basename(entry["name"]): object_version(entry)
             for entry in fs.ls(folder, detail=True)
         }
+        cache[folder] = Siblings(versions, frozenset(versions))
     return cache[folder]
 
 
