@@ -112,7 +112,8 @@ class SampleStream:
         """Samples in one pass (``None``: an endless mixture)."""
         if self.is_mixture:
             return self.config.sampling.num_samples
-        return self.plan.pass_length
+        limit = self.sources[0].limit  # policy / max_epochs: a pass of num_samples may span epochs
+        return self.plan.pass_length if limit is None else min(self.plan.pass_length, limit)
 
     @property
     def num_windows(self) -> int:
@@ -153,6 +154,10 @@ class SampleStream:
         left = self.batches_left(cursor, global_batch)
         count = max_batches if left is None else min(max_batches, left)
         if count == 0:
+            if not self.is_mixture and self.pass_length < self.plan.pass_length:
+                self.ended_by = self._policy_end(
+                    self.sources[0], self.pass_length, "the end of the pass"
+                )
             return None
         if cursor.mixture is None:
             ids = chunk_sample_ids(cursor.sample, 0, count, global_batch, world_size, rank)
@@ -187,12 +192,15 @@ class SampleStream:
             if over.size:
                 sources, local = sources[: over[0]], local[: over[0]]
                 if over[0] == 0:
-                    self.ended_by = (
-                        f"source {source.name!r} has no samples left under its policy "
-                        f"({limit} samples = {limit // source.num_windows} epoch(s)) at step "
-                        f"{mixture.step}"
-                    )
+                    self.ended_by = self._policy_end(source, limit, f"step {mixture.step}")
         return sources, local
+
+    @staticmethod
+    def _policy_end(source: SourceStream, limit: int, where: str) -> str:
+        return (
+            f"source {source.name!r} has no samples left under its policy ({limit} samples = "
+            f"{limit // source.num_windows} epoch(s)) at {where}"
+        )
 
     # -- reading -------------------------------------------------------------------------
     def read_chunk(self, plan: ChunkPlan, documents: bool) -> TokenChunk:

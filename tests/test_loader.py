@@ -193,6 +193,34 @@ def test_num_samples_spans_epochs_reshuffled(positions: Corpus) -> None:
     assert epochs[0] != epochs[1]
 
 
+@pytest.mark.parametrize(
+    ("policy", "limit"), [({"max_epochs": 2}, 2 * 96), ({"policy": "stop"}, 96)], ids=str
+)
+def test_single_source_policy_caps_num_samples(
+    positions: Corpus, policy: dict[str, Any], limit: int
+) -> None:
+    """A single source's ``max_epochs``/``policy = "stop"`` holds when ``num_samples`` spans
+    more epochs: the pass ends before the first batch needing more, with a warning."""
+    cfg = positions.config(8, seed=2, sampling={"num_samples": 3 * 96 + 40})
+    uncapped = [b for b in make(cfg, 8)]
+    cfg["sources"][0].update(policy)
+    capped = make(cfg, 8)
+    assert len(capped) == limit // 8
+    with pytest.warns(UserWarning, match=r"stream ended: source 'web' .*policy"):
+        got = [b for b in capped]
+    assert_batches_equal(uncapped[: limit // 8], got, "a prefix of the uncapped pass")
+    assert "'web'" in capped.stats()["ended_by"]
+    saved = make(cfg, 8)
+    iterator = iter(saved)
+    for _ in range(5):
+        next(iterator)
+    resumed = make(cfg, 8)
+    resumed.load_state_dict(saved.state_dict())
+    with pytest.warns(UserWarning, match="stream ended"):
+        rest = [b for b in resumed]
+    assert_batches_equal(got[5:], rest, "the resumed capped pass")
+
+
 @pytest.mark.parametrize("masks", [False, True])
 def test_labels_are_inputs_shifted_by_one(docs: Corpus, masks: bool) -> None:
     cfg = docs.config(16, packing={"masks": masks})
