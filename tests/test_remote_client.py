@@ -136,3 +136,30 @@ def test_client_choice() -> None:
         choice("memory", "http")
     with pytest.raises(ConfigError, match=r"storage.client"):
         StorageConfig(client="curl")
+
+
+def test_one_denied_object_is_that_objects_error_not_the_clients(
+    make_corpus: Callable[..., Corpus], s3: S3Server, tmp_path: Path
+) -> None:
+    """A 403 on one object (to fsspec too) is not a refused signature: under ``on_error =
+    "skip"`` every client skips the same samples and keeps its client; under ``"raise"`` it is
+    a RemoteReadError naming the object."""
+    corpus = make_corpus([600, 500, 700], fmt="raw")
+    url = s3.upload_folder(corpus.folder, "corpora", uuid.uuid4().hex[:12])
+    plan = FaultPlan(fail_paths=("shard_00001.bin",), fail_status=403)
+    got, skipped = {}, {}
+    with FaultProxy(s3.endpoint, plan) as proxy:
+        options = s3.storage_options(proxy.endpoint)
+        for client in ("fsspec", "http", "auto"):
+            cache = tmp_path / client
+            config = _config(corpus, url, options, cache, client, format="raw", on_error="skip")
+            with build_loader(config, batch_size=4) as loader:
+                got[client] = list(loader)
+                skipped[client] = loader.stats()["storage"]["web"]["skipped_samples"]
+                assert _http_clients(cache) == [client != "fsspec"], client
+            config = _config(corpus, url, options, tmp_path / f"r-{client}", client, format="raw")
+            with pytest.raises(RemoteReadError, match=rf"{url}/shard_00001.bin: cannot read .*PermissionError"):
+                _batches(config)
+    assert skipped["fsspec"] > 0 and skipped["http"] == skipped["auto"] == skipped["fsspec"]
+    assert_batches_equal(got["fsspec"], got["http"], "http client, one object denied")
+    assert_batches_equal(got["fsspec"], got["auto"], "auto client, one object denied")

@@ -85,12 +85,19 @@ class RangeFetcher:
             try:
                 return http.get(obj, start, end)
             except SignatureRefused as exc:
-                self._refused(obj, exc)
+                return self._refused(obj, start, end, exc)
         return self.fs.cat_file(obj.url, start=start, end=end)
 
-    def _refused(self, obj: RemoteObject, exc: SignatureRefused) -> None:
-        """A presigned GET was refused: an error under ``client = "http"``; under ``"auto"``
-        this storage reads through fsspec from now on (one warning)."""
+    def _refused(self, obj: RemoteObject, start: int, end: int, exc: SignatureRefused) -> bytes:
+        """A presigned GET was refused (or could not be signed). The file system reads the same
+        range: refused too, the object itself is denied (its ``PermissionError`` goes to the
+        caller: an error naming it, or skipped under ``on_error = "skip"``); read, the store
+        refuses presigned URLs: an error under ``client = "http"``, and under ``"auto"`` this
+        storage reads through fsspec from now on (one warning)."""
+        try:
+            data = self.fs.cat_file(obj.url, start=start, end=end)
+        except PermissionError as denied:
+            raise PermissionError(f"{denied} (and a presigned GET: {exc})") from denied
         if self.config.client is not RangeClient.AUTO:
             raise ConfigError(
                 f"{obj.url}: storage.client = 'http' but {exc}; use 'auto' or 'fsspec'"
@@ -103,6 +110,7 @@ class RangeFetcher:
                 obj.url,
                 exc,
             )
+        return data
 
     def info(self, url: str) -> dict[str, Any]:
         """The file system's ``info`` of ``url`` (size, ETag...), with retries."""
