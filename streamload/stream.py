@@ -154,10 +154,9 @@ class SampleStream:
         left = self.batches_left(cursor, global_batch)
         count = max_batches if left is None else min(max_batches, left)
         if count == 0:
-            if not self.is_mixture and self.pass_length < self.plan.pass_length:
-                self.ended_by = self._policy_end(
-                    self.sources[0], self.pass_length, "the end of the pass"
-                )
+            length = self.pass_length
+            if not self.is_mixture and length is not None and length < self.plan.pass_length:
+                self.ended_by = self._policy_end(self.sources[0], length, "the end of the pass")
             return None
         if cursor.mixture is None:
             ids = chunk_sample_ids(cursor.sample, 0, count, global_batch, world_size, rank)

@@ -158,7 +158,8 @@ def test_one_denied_object_is_that_objects_error_not_the_clients(
                 skipped[client] = loader.stats()["storage"]["web"]["skipped_samples"]
                 assert _http_clients(cache) == [client != "fsspec"], client
             config = _config(corpus, url, options, tmp_path / f"r-{client}", client, format="raw")
-            with pytest.raises(RemoteReadError, match=rf"{url}/shard_00001.bin: cannot read .*PermissionError"):
+            denied = rf"{url}/shard_00001.bin: cannot read .*PermissionError"
+            with pytest.raises(RemoteReadError, match=denied):
                 _batches(config)
     assert skipped["fsspec"] > 0 and skipped["http"] == skipped["auto"] == skipped["fsspec"]
     assert_batches_equal(got["fsspec"], got["http"], "http client, one object denied")
