@@ -30,7 +30,13 @@ from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
 from streamload.formats.sniff import describe_shard, folder_dtype
-from streamload.listing import Siblings, list_source_files, retrying, sibling_files
+from streamload.listing import (
+    Siblings,
+    list_source_files,
+    retrying,
+    sibling_files,
+    source_url,
+)
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.store import StorageHandle
 
@@ -123,7 +129,7 @@ def describe_source(
             vocab_size=vocab_size,
             tokenizer=_tokenizer_spec(source),
         )
-        listed = ListedFile(_url(fs, f.path, source), f.relpath, f.size, f.version)
+        listed = ListedFile(source_url(fs, f.path, source), f.relpath, f.size, f.version)
         names = retrying(storage, f"listing {folder}/", sibling_files, fs, folder, siblings)
         jobs.append((listed, options, names))
     if handle is None:
@@ -196,17 +202,3 @@ def _describe_all(
         stats.add("skipped_shards")
         stats.skipped(path, reason)
     return SourceCatalog(source, tuple(shards), tuple(skipped))
-
-
-def _url(fs: object, path: str, source: SourceConfig) -> str:
-    """The URL of a listed path, in the scheme the user wrote (adlfs would name ``az://``
-    objects ``abfs://``, gcsfs ``gcs://`` ones ``gs://``: messages name what the config says)."""
-    protocol = getattr(fs, "protocol", "file")
-    protocols = protocol if isinstance(protocol, tuple) else (protocol,)
-    if "file" in protocols or "local" in protocols or "://" in path:  # local, or http(s) URLs
-        return path
-    first = source.paths[0]
-    scheme = first.split("://", 1)[0] if "://" in first else ""
-    if scheme in protocols:
-        return f"{scheme}://{path}"
-    return fs.unstrip_protocol(path)  # type: ignore[attr-defined]

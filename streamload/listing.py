@@ -33,6 +33,7 @@ __all__ = [
     "object_version",
     "retrying",
     "sibling_files",
+    "source_url",
     "source_filesystem",
 ]
 
@@ -122,7 +123,8 @@ def list_source_files(
     seen: set[str] = set()
     for f in files:
         if f.path in seen:
-            raise ConfigError(f"source {source.name!r}: {f.path} is listed twice")
+            where = source_url(fs, f.path, source)
+            raise ConfigError(f"source {source.name!r}: {where} is listed twice")
         seen.add(f.path)
     return fs, files
 
@@ -216,3 +218,17 @@ def _relative(name: str, root: str) -> str:
     if root and name.startswith(root + "/"):
         return name[len(root) + 1 :]
     return posixpath.basename(name)
+
+
+def source_url(fs: object, path: str, source: SourceConfig) -> str:
+    """The URL of a listed path, in the scheme the user wrote (adlfs would name ``az://``
+    objects ``abfs://``, gcsfs ``gcs://`` ones ``gs://``: messages name what the config says)."""
+    protocol = getattr(fs, "protocol", "file")
+    protocols = protocol if isinstance(protocol, tuple) else (protocol,)
+    if "file" in protocols or "local" in protocols or "://" in path:  # local, or http(s) URLs
+        return path
+    first = source.paths[0]
+    scheme = first.split("://", 1)[0] if "://" in first else ""
+    if scheme in protocols:
+        return f"{scheme}://{path}"
+    return fs.unstrip_protocol(path)  # type: ignore[attr-defined]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,6 +109,16 @@ def test_duplicates_are_refused(tmp_path: Path, entries: list[str]) -> None:
     touch(tmp_path / "f" / "b.bin")
     with pytest.raises(ConfigError, match=rf"source 'web': {tmp_path}/f/\w\.bin is listed twice"):
         listed([str(tmp_path / e) for e in entries])
+
+
+def test_remote_duplicates_are_named_by_url(tmp_path: Path, s3: Any) -> None:
+    touch(tmp_path / "f" / "a.bin")
+    url = s3.upload_folder(tmp_path / "f", "corpora", "dup")
+    source = SourceConfig(
+        name="web", path=[url, f"{url}/a.bin"], storage_options=s3.storage_options()
+    )
+    with pytest.raises(ConfigError, match=rf"source 'web': {url}/a.bin is listed twice"):
+        list_source_files(source)
 
 
 def test_missing_path(tmp_path: Path) -> None:
