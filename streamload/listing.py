@@ -29,8 +29,10 @@ T = TypeVar("T")
 __all__ = [
     "Siblings",
     "TOKEN_SUFFIXES",
+    "MAX_BACKOFF",
     "list_source_files",
     "object_version",
+    "retry_pause",
     "retrying",
     "sibling_files",
     "source_url",
@@ -68,6 +70,16 @@ def source_filesystem(source: SourceConfig) -> tuple[Any, list[str]]:
     return fs, stripped
 
 
+MAX_BACKOFF = 10.0
+"""Seconds a retry waits at most (before jitter)."""
+
+
+def retry_pause(backoff: float, retry: int) -> None:
+    """Wait before retry number ``retry`` (1, 2, ...): ``backoff`` doubling per retry, capped at
+    ``MAX_BACKOFF``, jittered to 50-100% (clients failing together do not retry together)."""
+    time.sleep(min(MAX_BACKOFF, backoff * 2 ** (retry - 1)) * random.uniform(0.5, 1.0))
+
+
 def retrying(storage: StorageConfig | None, what: str, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` (a listing or metadata call at start-up), retried on transient errors
     like any remote request (``storage.retries``, ``backoff``): one 503 must not fail a job.
@@ -96,7 +108,7 @@ def retrying(storage: StorageConfig | None, what: str, fn: Callable[..., T], *ar
                     f"{what}: still failing after {attempts} attempts (storage.retries = "
                     f"{attempts - 1}); last failure: {type(exc).__name__}: {exc}"
                 ) from exc
-            time.sleep(min(10.0, backoff * 2**attempt) * random.uniform(0.5, 1.0))
+            retry_pause(backoff, attempt + 1)
     raise AssertionError("unreachable")
 
 

@@ -304,19 +304,23 @@ class ShardSet:
     def _skip_or_raise(self, sid: int, exc: RemoteReadError, start: int, row: np.ndarray) -> None:
         skip_unreadable(self.shards[sid], exc, samples=1)
         row[:] = 0
-        if not hasattr(self._skipped, "starts"):
-            self._skipped.starts = []
-        self._skipped.starts.append(start)
+        self._skipped_starts().append(start)
 
     def _skip_rows(self, sid: int, exc: RemoteReadError, starts: np.ndarray) -> None:
         """Rows at stream offsets ``starts`` whose shard ``sid`` has an unreadable document
         index: skipped like unreadable tokens (raises unless ``on_error = "skip"``); rows
         already skipped this chunk are not counted twice."""
+        skipped = self._skipped_starts()
+        new = np.setdiff1d(starts, np.asarray(skipped, dtype=np.int64))
+        skip_unreadable(self.shards[sid], exc, samples=int(new.size))
+        skipped.extend(new.tolist())
+
+    def _skipped_starts(self) -> list[int]:
+        """This thread's stream offsets of the rows skipped since the last take."""
         if not hasattr(self._skipped, "starts"):
             self._skipped.starts = []
-        new = np.setdiff1d(starts, np.asarray(self._skipped.starts, dtype=np.int64))
-        skip_unreadable(self.shards[sid], exc, samples=int(new.size))
-        self._skipped.starts.extend(new.tolist())
+        starts: list[int] = self._skipped.starts
+        return starts
 
     def _stitch(
         self, get: Callable[[int], TokenShard], sid: int, loc: int, start: int, row: np.ndarray

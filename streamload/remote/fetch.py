@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import random
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from streamload.config.storage import RangeClient, StorageConfig
 from streamload.errors import PROGRAMMING_ERRORS, ConfigError, FormatError
+from streamload.listing import MAX_BACKOFF, retry_pause
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.handle import RemoteObject
 from streamload.remote.http_client import HttpRangeClient, SignatureRefused
@@ -26,8 +25,6 @@ from streamload.remote.stats import RemoteStats
 
 __all__ = ["MAX_BACKOFF", "PERMANENT_ERRORS", "RangeFetcher"]
 
-MAX_BACKOFF = 10.0
-"""Longest wait between two attempts, in seconds."""
 PERMANENT_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 """Errors no retry can fix (fsspec maps 404 and 403 to the first two)."""
 
@@ -131,8 +128,7 @@ class RangeFetcher:
         for attempt in range(attempts):
             if attempt:
                 self.stats.add("retries")
-                delay = min(MAX_BACKOFF, self.config.backoff * 2 ** (attempt - 1))
-                time.sleep(delay * random.uniform(0.5, 1.0))  # jitter spreads retry storms
+                retry_pause(self.config.backoff, attempt)
             self.stats.add("requests")
             future = self._pool.submit(fn, *args, **kwargs)
             try:
