@@ -240,12 +240,14 @@ def test_stall_watchdog_names_the_object(
 ) -> None:  # fmt: skip
     corpus = make_corpus([500, 400], fmt="raw")
     url = upload(corpus.folder)
-    plan = FaultPlan(slow_paths=("shard_00001.bin",), slow_seconds=3.0)
+    # Generous times: on a loaded machine a read of the fast shard may wait well over a second
+    # for the CPU (moto and the proxy run in this process), and must not trip the timeout.
+    plan = FaultPlan(slow_paths=("shard_00001.bin",), slow_seconds=10.0)
     with FaultProxy(s3.endpoint, plan) as proxy:
         options = s3.storage_options(proxy.endpoint)
         config = remote_config(
             corpus, url, options, tmp_path / "c", source={"format": "raw"},
-            stall_warning=0.2, stall_timeout=1.5, prefetch_batches=0,
+            stall_warning=0.2, stall_timeout=5.0, prefetch_batches=0,
         )  # fmt: skip
         with (
             caplog.at_level(logging.WARNING, "streamload.remote"),

@@ -63,7 +63,8 @@ def test_a_whole_file_arrives_in_ranges_written_in_place(s3: S3Server, tmp_path:
     path = store.whole.token_file(obj)
     after = store.stats.snapshot()
     assert path is not None and Path(path).read_bytes() == data
-    assert after["requests"] - before["requests"] == math.ceil(50_000 / 4096)
+    late = after["timeouts"] - before["timeouts"]  # retried requests on a loaded machine
+    assert after["requests"] - before["requests"] - late == math.ceil(50_000 / 4096)
     assert after["fetched_blocks"] - before["fetched_blocks"] == 1
     assert store.disk.usage() == 50_000  # counted in cache_size like any block
     assert _leftovers(tmp_path) == []
@@ -75,7 +76,7 @@ def test_concurrent_readers_share_one_download(s3: S3Server, tmp_path: Path) -> 
     data = np.random.default_rng(1).bytes(40_000)
     store, obj = _store_and_object(s3.storage_options(), tmp_path, _put(s3, data))
     store.whole.part = 4096
-    before = store.stats.snapshot()["requests"]
+    before = store.stats.snapshot()
     start = threading.Barrier(6)
     paths: list[str | None] = []
 
@@ -90,7 +91,9 @@ def test_concurrent_readers_share_one_download(s3: S3Server, tmp_path: Path) -> 
         t.join()
     assert len(set(paths)) == 1 and paths[0] is not None
     assert Path(paths[0]).read_bytes() == data
-    assert store.stats.snapshot()["requests"] - before == math.ceil(40_000 / 4096)
+    after = store.stats.snapshot()
+    late = after["timeouts"] - before["timeouts"]  # retried requests on a loaded machine
+    assert after["requests"] - before["requests"] - late == math.ceil(40_000 / 4096)
 
 
 def test_a_failed_download_leaves_nothing_and_is_tried_again(s3: S3Server, tmp_path: Path) -> None:

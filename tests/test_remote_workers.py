@@ -114,6 +114,17 @@ def test_retries_of_workers_are_counted(make_corpus: Any, s3: S3Server, tmp_path
             (counts[workers],) = run_passes(config, workers)
         assert plan.injected["errors"] == plan.max_faults
     zero, two = counts[0], counts[2]
-    assert zero["retries"] > 0 and zero["errors"] == zero["retries"]
-    for name in ("retries", "errors", "requests", "bytes"):
-        assert two[name] == zero[name], name
+
+    # A request slower than the timeout on a loaded machine is retried too: it adds to
+    # requests, retries and timeouts, not to errors. The injected faults are the rest.
+    def faults(c: dict) -> dict[str, int]:
+        late = c["timeouts"]
+        return {
+            "retries": c["retries"] - late,
+            "errors": c["errors"],
+            "requests": c["requests"] - late,
+            "bytes": c["bytes"],
+        }
+
+    assert zero["retries"] > 0 and faults(zero)["errors"] == faults(zero)["retries"]
+    assert faults(two) == faults(zero)
