@@ -8,6 +8,7 @@ copy of the same files (docs/remote.md: the same batches, whatever the storage).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -242,12 +243,12 @@ def test_stall_watchdog_names_the_object(
     url = upload(corpus.folder)
     # Generous times: on a loaded machine a read of the fast shard may wait well over a second
     # for the CPU (moto and the proxy run in this process), and must not trip the timeout.
-    plan = FaultPlan(slow_paths=("shard_00001.bin",), slow_seconds=10.0)
+    plan = FaultPlan(slow_paths=("shard_00001.bin",), slow_seconds=6.0)
     with FaultProxy(s3.endpoint, plan) as proxy:
         options = s3.storage_options(proxy.endpoint)
         config = remote_config(
             corpus, url, options, tmp_path / "c", source={"format": "raw"},
-            stall_warning=0.2, stall_timeout=5.0, prefetch_batches=0,
+            stall_warning=0.2, stall_timeout=4.0, prefetch_batches=0,
         )  # fmt: skip
         with (
             caplog.at_level(logging.WARNING, "streamload.remote"),
@@ -255,6 +256,37 @@ def test_stall_watchdog_names_the_object(
         ):
             list(build_loader(config, batch_size=4))
         assert "shard_00001.bin" in caplog.text and "waiting" in caplog.text
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_stalled_chunk_fails_after_one_stall_timeout(
+    make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
+    tmp_path: Path, on_error: str,
+) -> None:  # fmt: skip
+    """A batch reads 32 windows of the one shard, each its own request; when the store hangs,
+    the reader fails (or skips) them all once ``stall_timeout`` passes with nothing arriving,
+    not after ``stall_timeout`` per window (until the pieces land after 20 s, here)."""
+    corpus = make_corpus([3000], fmt="raw")
+    url = upload(corpus.folder)
+    plan = FaultPlan(slow_paths=("shard_00000.bin",), slow_seconds=20.0)  # then they land
+    with FaultProxy(s3.endpoint, plan) as proxy:
+        config = remote_config(
+            corpus, url, s3.storage_options(proxy.endpoint), tmp_path / "c",
+            source={"format": "raw", "on_error": on_error}, stall_warning=0.5,
+            stall_timeout=1.0, prefetch_batches=0, timeout=120.0,
+        )  # fmt: skip
+        loader = build_loader(config, batch_size=32)
+        began = time.monotonic()
+        if on_error == "raise":
+            with pytest.raises(RemoteStallError, match=r"shard_00000\.bin: waited"):
+                next(iter(loader))
+        else:
+            batch = next(iter(loader))
+            assert bool((batch["labels"] == -100).all())
+            assert loader.stats()["storage"]["web"]["skipped_samples"] == 32
+        assert time.monotonic() - began < 10.0
+        loader.close()
 
 
 @pytest.mark.slow

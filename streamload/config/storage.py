@@ -79,7 +79,8 @@ class StorageConfig:
         backoff: Seconds before the first retry; doubles with each further one.
         timeout: Seconds one request may take before it is abandoned and retried.
         stall_warning: Seconds a reader waits for one object before a warning names it.
-        stall_timeout: Seconds a reader waits for one object before it fails, naming it.
+        stall_timeout: Seconds a reader waits for one object, with none of its pieces
+            arriving, before it fails, naming it.
         whole_shard_size: Token files up to this many bytes (and at most half of
             ``cache_size``) are downloaded whole into the disk cache on first use and mapped
             (0: never; windows are read by range).

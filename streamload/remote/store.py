@@ -37,7 +37,7 @@ import numpy as np
 
 from streamload.remote.block_cache import DiskBlockCache
 from streamload.remote.download import WholeFiles
-from streamload.remote.errors import RemoteReadError
+from streamload.remote.errors import RemoteReadError, RemoteStallError
 from streamload.remote.fetch import RangeFetcher
 from streamload.remote.handle import RemoteObject, StorageHandle
 from streamload.remote.http_client import http_client_for
@@ -309,12 +309,17 @@ class RemoteStore:
         layout = self.layout(obj, starts, ends)
         pieces = layout.pieces
         got: list[Any] = []
+        since = time.monotonic()  # the object's last progress: one stall fails the rest at once
         for piece, item in zip(pieces, self.schedule(obj, pieces, disk_inline=True), strict=True):
             try:
-                data = item if isinstance(item, bytes) else self._wait(obj, item, *piece)
+                data = item if isinstance(item, bytes) else self._wait(obj, item, *piece, since)
                 got.append(memoryview(data))
-            except RemoteReadError as exc:  # stalls included: on_error decides per window
+            except RemoteStallError as exc:  # on_error decides per window
                 got.append(exc)
+                continue
+            except RemoteReadError as exc:  # the store answered (an error): progress
+                got.append(exc)
+            since = time.monotonic()
         out: list[Any] = []
         spans = zip(
             starts.tolist(), ends.tolist(), layout.first.tolist(), layout.last.tolist(), strict=True
@@ -336,9 +341,14 @@ class RemoteStore:
         return out
 
     def _wait(
-        self, obj: RemoteObject, future: concurrent.futures.Future[bytes], start: int, end: int
+        self,
+        obj: RemoteObject,
+        future: concurrent.futures.Future[bytes],
+        start: int,
+        end: int,
+        since: float | None = None,
     ) -> bytes:
-        return wait_watched(future, (obj.url, start, end), self.config, self.stats)
+        return wait_watched(future, (obj.url, start, end), self.config, self.stats, since)
 
     def clear_memory(self) -> None:
         """Drop the in-memory pieces (a closed loader's; pieces stay in the disk cache)."""
