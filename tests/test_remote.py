@@ -243,7 +243,7 @@ def test_stall_watchdog_names_the_object(
     url = upload(corpus.folder)
     # Generous times: on a loaded machine a read of the fast shard may wait well over a second
     # for the CPU (moto and the proxy run in this process), and must not trip the timeout.
-    plan = FaultPlan(slow_paths=("shard_00001.bin",), slow_seconds=6.0)
+    plan = FaultPlan(slow_paths=("shard_00001.bin",), slow_seconds=10.0)
     with FaultProxy(s3.endpoint, plan) as proxy:
         options = s3.storage_options(proxy.endpoint)
         config = remote_config(
