@@ -5,7 +5,7 @@ a request that does not answer in time is abandoned (its thread finishes in the 
 and retried, so a hung connection costs one timeout, not the job. Errors that retrying cannot
 fix (missing object, access denied) fail at once; everything else (connection resets, 5xx,
 throttling, truncated bodies) is retried ``storage.retries`` times, the wait doubling from
-``storage.backoff`` (with jitter, capped at ``MAX_BACKOFF``).
+``storage.backoff`` (with jitter, capped at ``listing.MAX_BACKOFF``: :func:`listing.retry_pause`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any, TypeVar
 
 from streamload.config.storage import RangeClient, StorageConfig
 from streamload.errors import PROGRAMMING_ERRORS, ConfigError, FormatError
-from streamload.listing import MAX_BACKOFF, retry_pause
+from streamload.listing import retry_pause
 from streamload.remote.errors import RemoteReadError
 from streamload.remote.handle import RemoteObject
 from streamload.remote.http_client import HttpRangeClient, SignatureRefused
 from streamload.remote.stats import RemoteStats
 
-__all__ = ["MAX_BACKOFF", "PERMANENT_ERRORS", "RangeFetcher"]
+__all__ = ["PERMANENT_ERRORS", "RangeFetcher"]
 
 PERMANENT_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 """Errors no retry can fix (fsspec maps 404 and 403 to the first two)."""
