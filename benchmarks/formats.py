@@ -1,7 +1,7 @@
 """Convert, inspect and validate throughput per on-disk format.
 
 The synthetic NPY corpus (EOS-delimited log-normal documents, 32-bit ids) is converted with
-``streamload.convert`` into each format, then, on a warm page cache:
+``streamload.tools.convert`` into each format, then, on a warm page cache:
 
 * ``inspect``: describe the files (headers and indexes only) and read every document bound;
 * ``validate``: ``inspect`` plus one streaming pass over all tokens (id range, EOS count,
@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 from _common import add_common_args, emit, ensure_corpus, median, parse_sizes, str_list
 
-from streamload.catalog import describe_source
+from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
-from streamload.convert import convert, default_destination, open_writer
-from streamload.documents import document_bounds, scan_tokens
 from streamload.formats.registry import FORMATS, open_shard
+from streamload.tools.convert import convert, default_destination, open_writer
+from streamload.tools.documents import document_bounds, scan_tokens
 
 OUTPUTS = {"megatron": "data", "modalities": "data.pbin", "dolma": "part-0-00000.npy",
            "datatrove": "data_00000_unshuffled.ds", "numpy": "shards"}  # fmt: skip

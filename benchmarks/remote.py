@@ -43,12 +43,12 @@ from _servers import S3RVER_BIN, ProxyProcess, s3_server
 
 import streamload
 from streamload.config.storage import StorageConfig
-from streamload.listing import object_version
 from streamload.remote.fetch import RangeFetcher
 from streamload.remote.handle import RemoteObject
 from streamload.remote.http_client import http_client_for
 from streamload.remote.stats import RemoteStats
 from streamload.remote.store import RemoteStore
+from streamload.remote.versions import object_version
 
 CASES = (("exact", "http"), ("exact", "fsspec"), ("blocks", "auto"), ("whole", "auto"))
 """(window_reads, storage.client) of each remote case; local reads run once per window_reads."""

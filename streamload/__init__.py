@@ -12,6 +12,11 @@ Quick start::
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from streamload.config import (
@@ -23,13 +28,22 @@ from streamload.config import (
     SourceConfig,
     load_config,
 )
-from streamload.errors import ConfigError, FormatError, StateError, StreamloadError
+from streamload.errors import (
+    ConfigError,
+    FormatError,
+    RemoteReadError,
+    RemoteStallError,
+    StateError,
+    StreamloadError,
+    WorkerDiedError,
+    WorkerError,
+)
+from streamload.plan.partition import RankSpec
 
 if TYPE_CHECKING:
     from streamload.dataset import StreamDataset
     from streamload.loader import LoaderOptions, StreamLoader, WorkerType, build_loader
-    from streamload.nodes.plan_chunks import RankSpec
-    from streamload.stream import SampleStream
+    from streamload.streams.interface import SampleStream, build_stream
 
 __version__ = "0.1.0"
 
@@ -37,12 +51,12 @@ __version__ = "0.1.0"
 # workers and other torch-free paths start fast.
 _LAZY = {
     "LoaderOptions": "streamload.loader",
-    "RankSpec": "streamload.nodes.plan_chunks",
-    "SampleStream": "streamload.stream",
+    "SampleStream": "streamload.streams.interface",
     "StreamDataset": "streamload.dataset",
     "StreamLoader": "streamload.loader",
     "WorkerType": "streamload.loader",
     "build_loader": "streamload.loader",
+    "build_stream": "streamload.streams.interface",
 }
 
 
@@ -55,6 +69,54 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+_MOVED = {
+    "streamload.catalog_cache": "streamload.catalog.cache",
+    "streamload.chunks": "streamload.streams.chunks",
+    "streamload.convert": "streamload.tools.convert",
+    "streamload.demo": "streamload.tools.demo",
+    "streamload.documents": "streamload.tools.documents",
+    "streamload.listing": "streamload.catalog.listing",
+    "streamload.megatron_cache": "streamload.streams.megatron_cache",
+    "streamload.megatron_config": "streamload.config.megatron",
+    "streamload.megatron_source": "streamload.streams.megatron_source",
+    "streamload.megatron_stream": "streamload.streams.megatron",
+    "streamload.nodes.types": "streamload.streams.chunks",
+    "streamload.ops.gather": "streamload.streams.shard_set",
+    "streamload.remote.errors": "streamload.errors",
+    "streamload.remote.prefetch": "streamload.nodes.lookahead",
+    "streamload.report": "streamload.tools.report",
+    "streamload.source_stream": "streamload.streams.concat_source",
+    "streamload.stream": "streamload.streams.interface",
+    "streamload.tokenize.encoder": "streamload.formats.encoder",
+    "streamload.varlen": "streamload.ops.varlen",
+}
+"""Module paths of releases before the layered layout (docs/design.md §2) → where they live
+now. Importing an old path gives the new module, with a ``DeprecationWarning``."""
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves the old module paths of :data:`_MOVED` to their new modules (no files left at
+    the old paths: the package root holds only entry points)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> ModuleType:
+        new = _MOVED[spec.name]
+        warnings.warn(
+            f"{spec.name} moved to {new}; import it from there", DeprecationWarning, stacklevel=2
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module is the new one, already executed."""
+
+
+if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModules())
+
 __all__ = [
     "ConfigError",
     "DataConfig",
@@ -62,6 +124,8 @@ __all__ = [
     "LoaderOptions",
     "PackingConfig",
     "RankSpec",
+    "RemoteReadError",
+    "RemoteStallError",
     "SampleStream",
     "SamplingConfig",
     "SamplingMode",
@@ -71,8 +135,11 @@ __all__ = [
     "StreamDataset",
     "StreamLoader",
     "StreamloadError",
+    "WorkerDiedError",
+    "WorkerError",
     "WorkerType",
     "__version__",
     "build_loader",
+    "build_stream",
     "load_config",
 ]

@@ -30,9 +30,10 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from streamload.errors import StateError
 from streamload.nodes.materialize import Materialize
-from streamload.nodes.plan_chunks import RankSpec
+from streamload.plan.partition import RankSpec
 from streamload.state import check_fingerprint
-from streamload.stream import SampleStream, StreamCursor
+from streamload.streams.cursor import StreamCursor
+from streamload.streams.interface import SampleStream
 
 __all__ = ["StreamDataset"]
 

@@ -9,8 +9,12 @@ __all__ = [
     "PROGRAMMING_ERRORS",
     "ConfigError",
     "FormatError",
+    "RemoteReadError",
+    "RemoteStallError",
     "StateError",
     "StreamloadError",
+    "WorkerDiedError",
+    "WorkerError",
     "add_note",
 ]
 
@@ -33,6 +37,23 @@ class FormatError(StreamloadError):
 
 class StateError(StreamloadError):
     """A loader state cannot be restored: wrong version, other data, or other config."""
+
+
+class RemoteReadError(StreamloadError):
+    """A remote object stayed unreadable after every retry; the message names it."""
+
+
+class RemoteStallError(RemoteReadError):
+    """A reader waited longer than ``storage.stall_timeout`` for one object."""
+
+
+class WorkerError(StreamloadError):
+    """A loader worker's map function failed with an exception that does not pickle; the
+    message names its type and text, and the worker's traceback is attached as a note."""
+
+
+class WorkerDiedError(StreamloadError):
+    """A loader worker process exited without finishing its work (named by pid and signal)."""
 
 
 def add_note(exc: BaseException, note: str) -> None:

@@ -25,11 +25,12 @@ from streamload.errors import ConfigError
 from streamload.nodes._map import MapStage
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.materialize import Materialize
-from streamload.nodes.plan_chunks import PlanChunks, RankSpec
+from streamload.nodes.plan_chunks import PlanChunks
 from streamload.nodes.split_batches import SplitBatches
+from streamload.plan.partition import RankSpec
 from streamload.remote.stats import RemoteStats, worker_totals
 from streamload.state import check_fingerprint, cursor_from_state, make_state, read_state
-from streamload.stream import SampleStream
+from streamload.streams.interface import SampleStream
 
 __all__ = ["Batch", "LoaderOptions", "StreamLoader", "WorkerType", "build_loader"]
 

@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from streamload.errors import StateError
 from streamload.plan.mixture import MixtureCursor
+from streamload.streams.cursor import StreamCursor
 
 if TYPE_CHECKING:
-    from streamload.stream import SampleStream, StreamCursor
+    from streamload.streams.interface import SampleStream
 
 __all__ = [
     "STATE_VERSION",
@@ -97,8 +98,6 @@ def cursor_from_state(state: Mapping[str, Any], stream: SampleStream) -> StreamC
     names = [s.name for s in stream.sources]
     if sorted(saved) != sorted(names):
         raise StateError(f"state sources {sorted(saved)} are not this stream's sources {names}")
-    from streamload.stream import StreamCursor
-
     mixture = None
     if stream.is_mixture:
         try:

@@ -13,7 +13,7 @@ from _shards import documents, is_mapped
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamload.catalog import SourceCatalog, describe_source
+from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard

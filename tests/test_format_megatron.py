@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamload import SampleStream, build_loader, load_config
-from streamload.catalog import SourceCatalog, describe_source
+from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError, FormatError
 from streamload.formats import open_shard

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from streamload import build_loader
-from streamload.convert import open_writer
 from streamload.testing import assert_resumes_exactly
+from streamload.tools.convert import open_writer
 
 SEQ_LEN = 8
 OFFSET = 1000

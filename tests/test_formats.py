@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _shards import is_mapped
 
-from streamload.catalog import SourceCatalog, describe_source
+from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard

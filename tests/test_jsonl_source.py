@@ -12,7 +12,7 @@ import pytest
 from test_tokenize import sentences, tokenizer_path  # noqa: F401 - the fixture
 
 from streamload import build_loader
-from streamload.catalog import describe_source
+from streamload.catalog.sources import describe_source
 from streamload.cli.main import main
 from streamload.config import SourceConfig
 from streamload.errors import FormatError

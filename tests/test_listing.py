@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamload.catalog import describe_source
+from streamload.catalog.listing import list_source_files
+from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError
-from streamload.listing import list_source_files
 
 
 def touch(path: Path, tokens: int = 4) -> Path:

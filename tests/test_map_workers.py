@@ -25,8 +25,8 @@ from _corpus import Corpus, write_shards
 from torchdata.nodes import BaseNode, IterableWrapper
 
 from streamload import RankSpec, SampleStream, load_config
+from streamload.errors import WorkerDiedError, WorkerError
 from streamload.nodes import MapWorkers, PackMasks, PlanChunks, ReadWindows, SplitBatches
-from streamload.nodes.map_workers import WorkerDied, WorkerError
 from streamload.nodes.read_windows import WindowReader
 from streamload.testing import assert_batches_equal
 
@@ -144,7 +144,7 @@ def test_a_killed_idle_worker_is_reported_not_a_hang() -> None:
     victim = node._workers[1]
     os.kill(victim.pid, signal.SIGKILL)
     delivered = [first]
-    with pytest.raises(WorkerDied) as caught:
+    with pytest.raises(WorkerDiedError) as caught:
         within(10, lambda: take_all(node, delivered))
     message = str(caught.value)
     assert "streamload-worker-1" in message and f"pid {victim.pid}" in message
@@ -158,7 +158,7 @@ def test_a_worker_killed_while_working_is_reported() -> None:
     assert within(30, lambda: [next(node), next(node)]) == [0, 1]
     time.sleep(0.3)  # worker 0 is inside fn(2)
     os.kill(node._workers[0].pid, signal.SIGTERM)
-    with pytest.raises(WorkerDied, match=r"streamload-worker-0 .*SIGTERM.*item 2"):
+    with pytest.raises(WorkerDiedError, match=r"streamload-worker-0 .*SIGTERM.*item 2"):
         within(10, lambda: next(node))
 
 

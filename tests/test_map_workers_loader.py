@@ -12,7 +12,7 @@ import pytest
 from _corpus import write_shards
 
 from streamload import LoaderOptions, build_loader
-from streamload.nodes.map_workers import WorkerDied
+from streamload.errors import WorkerDiedError
 from streamload.testing import assert_batches_equal
 
 pytestmark = pytest.mark.filterwarnings("ignore:each pass of")
@@ -81,7 +81,7 @@ def test_after_a_worker_is_killed_the_loader_restores_and_continues_exactly(
 
         threading.Thread(target=drain, daemon=True).start()
         assert done.wait(10), "a killed worker hung the loader"
-        assert len(errors) == 1 and isinstance(errors[0], WorkerDied), errors
+        assert len(errors) == 1 and isinstance(errors[0], WorkerDiedError), errors
         assert "SIGKILL" in str(errors[0])
         loader.load_state_dict(state)
         assert_batches_equal(reference, got + list(loader), "restored after the crash")

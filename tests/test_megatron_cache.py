@@ -13,9 +13,9 @@ import pytest
 from test_megatron_stream import GOLDENS, config_of, load
 
 from streamload import build_loader, load_config
-from streamload.megatron_cache import cache_key, load_or_build
-from streamload.megatron_stream import MegatronStream
-from streamload.stream import SampleStream
+from streamload.streams.interface import SampleStream
+from streamload.streams.megatron import MegatronStream
+from streamload.streams.megatron_cache import cache_key, load_or_build
 
 FIXTURE = Path(__file__).parent / "golden" / "megatron_cache"
 

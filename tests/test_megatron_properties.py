@@ -23,7 +23,7 @@ from streamload import load_config
 from streamload.errors import ConfigError
 from streamload.formats.megatron import MegatronWriter
 from streamload.plan.megatron import split_ranges
-from streamload.stream import SampleStream
+from streamload.streams.interface import SampleStream
 
 
 def ref_text(tokens, sizes, gpt, j, seq_len, extra) -> list[int]:

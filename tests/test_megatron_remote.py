@@ -15,9 +15,9 @@ import torch
 from _s3 import S3Server
 
 from streamload import LoaderOptions, build_loader
-from streamload.convert import open_writer
-from streamload.remote.errors import RemoteReadError
+from streamload.errors import RemoteReadError
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
+from streamload.tools.convert import open_writer
 
 pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")

@@ -19,8 +19,8 @@ import torch
 from streamload import build_loader, load_config
 from streamload.cli.main import main
 from streamload.errors import ConfigError, StateError
-from streamload.megatron_stream import MegatronStream
-from streamload.stream import SampleStream
+from streamload.streams.interface import SampleStream
+from streamload.streams.megatron import MegatronStream
 from streamload.testing import assert_resumes_exactly
 
 GOLDEN = Path(__file__).parent / "golden" / "megatron"
@@ -98,7 +98,7 @@ def test_padded_last_sample_of_the_valid_split(prefixes: dict[str, str]) -> None
     stream = SampleStream.from_config(
         load_config(config_of("gpt_split_valid_keep_last", prefixes, num_samples=count - 1))
     )
-    source = stream._sources[0]  # type: ignore[attr-defined]
+    source = stream.sources[0]
     text, lengths, skipped = source.read(np.arange(count), stream.seq_len + 1)
     np.testing.assert_array_equal(text, arrays["text"])
     assert (text == -1).any() and (lengths < stream.seq_len + 1).sum() == 1
@@ -216,7 +216,7 @@ def test_format_without_documents_is_an_error(tmp_path: Path) -> None:
 
 def test_stream_dataset_yields_the_same_batches(prefixes: dict[str, str]) -> None:
     from streamload import StreamDataset
-    from streamload.nodes.plan_chunks import RankSpec
+    from streamload.plan.partition import RankSpec
 
     cfg = config_of("gpt_e1_n", prefixes)
     stream = SampleStream.from_config(load_config(cfg))

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamload.catalog import describe_source
+from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
-from streamload.ops import gather
-from streamload.ops.gather import ShardSet
+from streamload.streams import shard_set as gather
+from streamload.streams.shard_set import ShardSet
 
 SETTINGS = settings(max_examples=30, deadline=None)
 

@@ -23,9 +23,9 @@ from _shards import is_mapped
 from conftest import Corpus, document_tokens
 
 from streamload import ConfigError, LoaderOptions, build_loader
-from streamload.convert import open_writer
-from streamload.remote import RemoteReadError, RemoteStallError
+from streamload.errors import RemoteReadError, RemoteStallError
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
+from streamload.tools.convert import open_writer
 
 pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
@@ -313,7 +313,7 @@ def test_whole_small_shards_are_mapped_from_the_cache(
     """``whole_shard_size``: one request per shard, then slices of a memory map, as local."""
     from streamload.config import load_config
     from streamload.formats.base import token_array
-    from streamload.stream import SampleStream
+    from streamload.streams.interface import SampleStream
 
     corpus = make_corpus([700, 300, 900])
     url = upload(corpus.folder)
@@ -407,7 +407,7 @@ def test_start_up_reads_only_header_bytes(
     (fsspec's default read-ahead, 50 MiB for s3fs, fetched whole shards)."""
     import s3fs.core
 
-    from streamload.catalog import describe_sources
+    from streamload.catalog.sources import describe_sources
     from streamload.config import load_config
     from streamload.formats.base import HEAD_READAHEAD
 

@@ -1,4 +1,4 @@
-"""The catalog cache (``streamload.catalog_cache``): a second start-up over the same remote
+"""The catalog cache (``streamload.catalog.cache``): a second start-up over the same remote
 objects reads no header and describes every shard exactly as describing again would; a
 replaced object is described again; nothing is cached without versions, without a disk
 cache, or when a shard was skipped. Against moto's S3 server."""
@@ -19,8 +19,8 @@ from conftest import Corpus, document_tokens
 from test_remote import _write_format
 
 from streamload import build_loader, load_config
-from streamload.catalog import describe_sources
-from streamload.catalog_cache import SCHEMA
+from streamload.catalog.cache import SCHEMA
+from streamload.catalog.sources import describe_sources
 from streamload.formats.base import ShardInfo
 from streamload.remote.store import RemoteStore
 from streamload.testing import assert_batches_equal

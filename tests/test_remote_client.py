@@ -25,7 +25,7 @@ from conftest import Corpus
 
 from streamload import ConfigError, build_loader
 from streamload.config.storage import StorageConfig
-from streamload.remote import RemoteReadError
+from streamload.errors import RemoteReadError
 from streamload.remote.http_client import http_client_for
 from streamload.remote.store import RemoteStore
 from streamload.testing import assert_batches_equal

@@ -24,9 +24,9 @@ import torch
 from conftest import Corpus, document_tokens
 
 from streamload import build_loader
-from streamload.convert import open_writer
-from streamload.remote import RemoteReadError
+from streamload.errors import RemoteReadError
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
+from streamload.tools.convert import open_writer
 
 FAST = {"retries": 3, "backoff": 0.01, "timeout": 10.0, "stall_warning": 5.0, "stall_timeout": 30.0}
 """Short waits so a broken test fails in seconds."""

@@ -18,11 +18,10 @@ from _s3 import S3Server
 from conftest import Corpus
 
 from streamload import build_loader
-from streamload.convert import open_writer
-from streamload.errors import FormatError
-from streamload.listing import object_version
-from streamload.remote import RemoteReadError
+from streamload.errors import FormatError, RemoteReadError
+from streamload.remote.versions import object_version
 from streamload.testing import assert_batches_equal
+from streamload.tools.convert import open_writer
 
 pytest.importorskip("moto.server")
 pytestmark = pytest.mark.filterwarnings("ignore:each pass")

@@ -20,13 +20,13 @@ from conftest import Corpus, document_tokens
 
 from streamload import build_loader, load_config
 from streamload.config import StorageConfig
-from streamload.convert import open_writer
+from streamload.errors import RemoteReadError
 from streamload.formats.base import token_array
-from streamload.listing import object_version
-from streamload.remote import RemoteReadError
 from streamload.remote.handle import RemoteObject, StorageHandle
-from streamload.stream import SampleStream
+from streamload.remote.versions import object_version
+from streamload.streams.interface import SampleStream
 from streamload.testing import assert_batches_equal
+from streamload.tools.convert import open_writer
 
 pytest.importorskip("moto.server")
 s3fs = pytest.importorskip("s3fs")

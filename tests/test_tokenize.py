@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from _tokenizer import train_bpe
 
-from streamload.catalog import describe_source
+from streamload.catalog.sources import describe_source
 from streamload.cli.main import main
 from streamload.config import SourceConfig
-from streamload.documents import document_bounds, iter_documents
 from streamload.errors import ConfigError, FormatError
 from streamload.formats.registry import open_shard
 from streamload.tokenize import DocumentEncoder, TokenizeConfig, plan_run, tokenize
 from streamload.tokenize.shuffle import group_files, ring_batches
+from streamload.tools.documents import document_bounds, iter_documents
 
 WORDS = [
     *("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog"),

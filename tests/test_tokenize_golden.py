@@ -179,7 +179,7 @@ def test_live_indexed_dataset_builder_agrees(work: Path) -> None:
             "--no-progress"]  # fmt: skip
     assert main(args) == 0
     ours = work / "mg" / "part-0-00000"
-    from streamload.catalog import describe_source
+    from streamload.catalog.sources import describe_source
     from streamload.config import SourceConfig
     from streamload.formats.registry import open_shard
 

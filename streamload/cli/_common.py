@@ -7,12 +7,12 @@ from typing import Any
 
 import numpy as np
 
-from streamload.catalog import SourceCatalog, describe_source
+from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.cli._progress import Progress
 from streamload.config import SourceConfig
-from streamload.convert import ConvertStats, convert, default_destination, open_writer
 from streamload.formats.base import TokenShard
 from streamload.formats.registry import open_shard
+from streamload.tools.convert import ConvertStats, convert, default_destination, open_writer
 
 __all__ = ["add_data_arguments", "catalog_from_args", "open_all", "write_catalog"]
 

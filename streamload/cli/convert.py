@@ -10,7 +10,7 @@ import argparse
 from typing import Any
 
 from streamload.cli._common import catalog_from_args, write_catalog
-from streamload.convert import TARGETS
+from streamload.tools.convert import TARGETS
 
 __all__ = ["add_parser", "run"]
 

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the demo (or, with the hidden ``--resume``, its fresh-process half)."""
     # Imported here: the demo trains with torch, which the other subcommands (and the
     # tokenizing workers that re-import the CLI under spawn) need not load.
-    from streamload.demo import describe, resume_segment, run_demo
+    from streamload.tools.demo import describe, resume_segment, run_demo
 
     if args.resume:
         paths = describe(Path(args.dir))

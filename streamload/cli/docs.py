@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from streamload.cli._common import add_data_arguments, catalog_from_args, open_all
-from streamload.documents import document_bounds, iter_documents
 from streamload.errors import ConfigError
+from streamload.tools.documents import document_bounds, iter_documents
 
 __all__ = ["add_parser", "run"]
 

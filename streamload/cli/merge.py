@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from streamload.catalog import SourceCatalog
+from streamload.catalog.sources import SourceCatalog
 from streamload.cli._common import catalog_from_args, write_catalog
-from streamload.convert import TARGETS
 from streamload.errors import ConfigError
+from streamload.tools.convert import TARGETS
 
 __all__ = ["add_parser", "run"]
 

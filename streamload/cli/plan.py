@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from streamload.config import load_config
-from streamload.report import batch_source_counts, mixture_report
-from streamload.stream import SampleStream
+from streamload.streams.interface import SampleStream
+from streamload.tools.report import batch_source_counts, mixture_report
 
 __all__ = ["add_parser", "run"]
 

@@ -20,7 +20,7 @@ import numpy as np
 from streamload.config import load_config
 from streamload.errors import ConfigError
 from streamload.plan.partition import num_batches
-from streamload.stream import SampleStream
+from streamload.streams.interface import SampleStream
 
 __all__ = ["add_parser", "rank_positions", "run"]
 

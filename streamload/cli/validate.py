@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from streamload.catalog import SourceCatalog
+from streamload.catalog.sources import SourceCatalog
 from streamload.cli._common import add_data_arguments, catalog_from_args
-from streamload.documents import scan_tokens
 from streamload.errors import FormatError
 from streamload.formats.registry import get_format, open_shard
+from streamload.tools.documents import scan_tokens
 
 __all__ = ["ZERO_TAIL_WARN", "add_parser", "run", "sources_block"]
 

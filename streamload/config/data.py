@@ -93,7 +93,7 @@ class DataConfig:
         if isinstance(self.schedule, list):
             object.__setattr__(self, "schedule", tuple(self.schedule))
         if self.sampling.mode is SamplingMode.MEGATRON:
-            from streamload.megatron_config import check_megatron_config
+            from streamload.config.megatron import check_megatron_config
 
             check_megatron_config(self)
         elif self.is_mixture:

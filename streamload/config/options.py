@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from streamload.config._checks import check_int, to_enum
 from streamload.errors import ConfigError
+from streamload.plan.megatron import parse_split
 
 __all__ = [
     "MegatronSplit",
@@ -128,8 +129,6 @@ class SamplingConfig:
                 )
         if not isinstance(self.split, str):
             raise ConfigError(f"sampling.split = {self.split!r} must be a string like '969,30,1'")
-        from streamload.plan.megatron import parse_split  # avoid an import cycle at load time
-
         parse_split(self.split)
         if not self.drop_last_partial and self.split_name is not MegatronSplit.VALID:
             raise ConfigError(

@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._atomic import StackWriter, atomic_output
+from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document
 from streamload.formats.base import (
     ListedFile,
@@ -32,6 +32,7 @@ from streamload.formats.base import (
     companion_file,
     local_path,
 )
+from streamload.util.files import atomic_output
 
 __all__ = ["FORMAT", "DatatroveFormat", "DatatroveShard", "DatatroveWriter", "humanize_metric"]
 

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._atomic import StackWriter, atomic_output
 from streamload.formats._dolma_csv import DolmaRows, gunzip, parse_rows, row_fields
+from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document, token_dtype
 from streamload.formats.base import (
     ListedFile,
@@ -38,6 +38,7 @@ from streamload.formats.base import (
     open_head,
 )
 from streamload.formats.npy import NPY_MAGIC
+from streamload.util.files import atomic_output
 
 __all__ = ["CSV_SUFFIX", "FORMAT", "DolmaFormat", "DolmaShard", "DolmaWriter", "metadata_path"]
 

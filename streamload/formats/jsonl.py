@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._atomic import atomic_output
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec, local_path
 from streamload.formats.jsonl_index import (
     JsonlDocuments,
@@ -43,6 +42,7 @@ from streamload.formats.jsonl_index import (
     default_index_path,
     read_raw_index,
 )
+from streamload.util.files import atomic_output
 
 __all__ = ["FORMAT", "JsonlFormat", "JsonlShard", "prepare_jsonl", "record_path"]
 
@@ -59,7 +59,7 @@ def record_path(jsonl_path: str | os.PathLike[str]) -> Path:
 
 @functools.lru_cache(maxsize=8)
 def _encoder(path: str, bos: int | None, eos: int | None, sha256: str) -> Any:
-    from streamload.tokenize.encoder import DocumentEncoder
+    from streamload.formats.encoder import DocumentEncoder
 
     return DocumentEncoder(path, bos, eos)
 
@@ -82,7 +82,7 @@ def prepare_jsonl(
         ConfigError: bad tokenizer or neither BOS nor EOS.
         FormatError: a line that is not JSON or lacks the text field.
     """
-    from streamload.tokenize.markers import file_sha256
+    from streamload.util.files import file_sha256
 
     if bos_token_id is None and eos_token_id is None:
         from streamload.errors import ConfigError
@@ -139,7 +139,7 @@ def _read_record(path: str, file: ListedFile) -> dict[str, Any]:
     if record.get("jsonl_mtime_ns") != os.stat(path).st_mtime_ns:
         # touched or copied since: accept it only with the same bytes (an edit that keeps
         # the size would otherwise shift tokens under the same fingerprint)
-        from streamload.tokenize.markers import file_sha256
+        from streamload.util.files import file_sha256
 
         if record.get("jsonl_sha256") != file_sha256(path):
             raise FormatError(
@@ -155,7 +155,7 @@ def _prepare_if_stale(path: str, file: ListedFile, spec: TokenizerSpec) -> None:
     Every rank may run this at once: the index and record are written to temp names and
     renamed, and equal inputs give equal bytes.
     """
-    from streamload.tokenize.markers import file_sha256
+    from streamload.util.files import file_sha256
 
     try:
         record = _read_record(path, file)
@@ -202,7 +202,7 @@ class JsonlFormat:
                 f"{index}: holds {entries} lines but {record_path(path)} measured "
                 f"{lengths.size}; prepare the file again"
             )
-        from streamload.tokenize.markers import file_sha256
+        from streamload.util.files import file_sha256
 
         if file_sha256(record["tokenizer"]) != record["tokenizer_sha256"]:
             raise FormatError(

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._atomic import atomic_output
 from streamload.formats._pickle_subset import decode_pairs, encode_pairs
+from streamload.util.files import atomic_output
 
 __all__ = ["JsonlDocuments", "create_raw_index", "default_index_path", "read_raw_index"]
 

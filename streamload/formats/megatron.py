@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import ConfigError, FormatError
-from streamload.formats._atomic import temp_beside
 from streamload.formats._megatron_index import (
     MegatronIndex,
     code_of_dtype,
@@ -45,6 +44,7 @@ from streamload.formats.base import (
     companion_file,
     token_array,
 )
+from streamload.util.files import temp_beside
 
 __all__ = [
     "FORMAT",

@@ -29,8 +29,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._atomic import StackWriter, atomic_output
 from streamload.formats._pickle_subset import decode_pairs, encode_pairs
+from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document
 from streamload.formats.base import (
     ListedFile,
@@ -41,6 +41,7 @@ from streamload.formats.base import (
     open_head,
     open_token_file,
 )
+from streamload.util.files import atomic_output
 
 __all__ = [
     "FORMAT",

@@ -99,7 +99,7 @@ def describe_npy(fh: BinaryIO, path: str, relpath: str, size: int, dtype: str) -
 
 def write_npy(path: str, tokens: np.ndarray) -> None:
     """Write a 1-D token array as an NPY shard, atomically (temporary name, then rename)."""
-    from streamload.formats._atomic import atomic_output
+    from streamload.util.files import atomic_output
 
     with atomic_output(path) as tmp, open(tmp, "wb") as fh:
         np.save(fh, np.ascontiguousarray(tokens).reshape(-1))

@@ -21,8 +21,9 @@ from typing import Any, BinaryIO
 import numpy as np
 from numpy.lib import format as npformat
 
-from streamload.formats._atomic import StackWriter, atomic_output
+from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document, token_dtype
+from streamload.util.files import atomic_output
 
 __all__ = ["NumpyShardWriter"]
 

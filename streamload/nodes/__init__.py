@@ -11,10 +11,11 @@ pass their source's state through, so any recomposition stays exactly resumable.
 from streamload.nodes.list_shards import ListShards
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.pack_masks import MaskPacker, PackMasks
-from streamload.nodes.plan_chunks import PlanChunks, RankSpec
+from streamload.nodes.plan_chunks import PlanChunks
 from streamload.nodes.read_windows import ReadWindows, WindowReader
 from streamload.nodes.split_batches import SplitBatches
-from streamload.nodes.types import ChunkPlan, TokenChunk
+from streamload.plan.partition import RankSpec
+from streamload.streams.chunks import ChunkPlan, TokenChunk
 
 __all__ = [
     "ChunkPlan",

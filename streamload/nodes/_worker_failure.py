@@ -8,14 +8,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from streamload.errors import StreamloadError, add_note
-
-__all__ = ["WorkerError"]
-
-
-class WorkerError(StreamloadError):
-    """The map function failed in a worker process with an exception that cannot be sent
-    back as is; the message names its type and text, a note holds the worker's traceback."""
+from streamload.errors import WorkerError, add_note
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from streamload.catalog import describe_source
+from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.formats.base import ShardInfo
 

@@ -39,13 +39,13 @@ import torch
 import torch.multiprocessing as tmp
 from torchdata.nodes import BaseNode
 
-from streamload.errors import StreamloadError, add_note
+from streamload.errors import WorkerDiedError, add_note
 from streamload.nodes._map import unwrap_legacy_state
 from streamload.nodes._slots import SlotRef, read_slot, write_slot
-from streamload.nodes._worker_failure import WorkerError, _Failure
+from streamload.nodes._worker_failure import _Failure
 from streamload.nodes._worker_stats import merge_storage_deltas, take_storage_deltas
 
-__all__ = ["MapWorkers", "WorkerDied", "WorkerError"]
+__all__ = ["MapWorkers", "WorkerDied"]
 
 X = TypeVar("X")
 Y = TypeVar("Y")
@@ -57,8 +57,8 @@ _SHUTDOWN_SECONDS = 30.0
 _ORPHAN_EXIT_CODE = 75
 
 
-class WorkerDied(StreamloadError):
-    """A loader worker process exited without finishing its work."""
+WorkerDied = WorkerDiedError
+"""Old name of :class:`streamload.errors.WorkerDiedError`, kept for existing ``except``s."""
 
 
 def _watch_parent() -> None:
@@ -137,7 +137,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             handed over through a slot. 0 disables slots.
 
     Raises:
-        WorkerDied: a worker process died (killed, out of memory, crashed).
+        WorkerDiedError: a worker process died (killed, out of memory, crashed).
         WorkerError: ``fn`` raised an exception that does not pickle (one that does is
             re-raised as itself); either way a note carries the worker's traceback.
 
@@ -290,7 +290,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             code = getattr(worker, "exitcode", None)
             if code is not None:
                 self._abandon(join=True)
-                raise WorkerDied(
+                raise WorkerDiedError(
                     f"loader worker {worker.name} (pid {worker.pid}) {_describe_exit(code)} "
                     f"while the loader waited for item {seq}; it was killed (out of memory?) "
                     "or crashed"

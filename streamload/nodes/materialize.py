@@ -12,7 +12,7 @@ import torch
 
 from streamload.nodes.pack_masks import MaskPacker
 from streamload.nodes.read_windows import WindowReader, mask_skipped
-from streamload.nodes.types import ChunkPlan
+from streamload.streams.chunks import ChunkPlan
 
 __all__ = ["Materialize"]
 

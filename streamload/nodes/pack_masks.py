@@ -8,9 +8,9 @@ from torchdata.nodes import BaseNode
 
 from streamload.errors import ConfigError
 from streamload.nodes._map import MapStage
-from streamload.nodes.types import TokenChunk
 from streamload.ops.masks import packing_fields, starts_from_eos
 from streamload.ops.megatron_masks import mask_pad, switched_fields
+from streamload.streams.chunks import TokenChunk
 
 __all__ = ["MaskPacker", "PackMasks"]
 

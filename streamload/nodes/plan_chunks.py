@@ -2,43 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from torchdata.nodes import BaseNode
 
-from streamload.chunks import ChunkPlan
 from streamload.errors import ConfigError
-from streamload.remote.prefetch import Lookahead
-from streamload.stream import SampleStream, StreamCursor
+from streamload.nodes.lookahead import Lookahead
+from streamload.plan.partition import RankSpec
+from streamload.streams.chunks import ChunkPlan
+from streamload.streams.cursor import StreamCursor
+from streamload.streams.interface import SampleStream
 
-__all__ = ["PlanChunks", "RankSpec"]
-
-
-@dataclass(frozen=True)
-class RankSpec:
-    """Who this loader is in the data-parallel group.
-
-    Args:
-        rank: Data-parallel rank r.
-        world_size: Data-parallel size W.
-        batch_size: Per-rank batch size b; a global batch holds ``W * b`` samples.
-    """
-
-    rank: int
-    world_size: int
-    batch_size: int
-
-    def __post_init__(self) -> None:
-        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
-            raise ConfigError(f"rank {self.rank} is not in [0, world_size = {self.world_size})")
-        if self.batch_size < 1:
-            raise ConfigError(f"batch_size = {self.batch_size} must be >= 1")
-
-    @property
-    def global_batch(self) -> int:
-        """Samples per global batch."""
-        return self.world_size * self.batch_size
+__all__ = ["PlanChunks"]
 
 
 class PlanChunks(BaseNode[ChunkPlan]):
@@ -49,7 +24,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
     (the partial remainder is dropped), or when
     a mixture source's policy runs out. For remote sources the windows of the next
     ``storage.prefetch_batches`` batches are fetched ahead
-    (:class:`~streamload.remote.prefetch.Lookahead`); that never changes what is planned.
+    (:class:`~streamload.nodes.lookahead.Lookahead`); that never changes what is planned.
     After a pass ends, ``reset(None)`` starts the next pass
     (like torchdata's ``SamplerWrapper`` advancing its epoch), so a
     ``torchdata.nodes.Loader`` walks pass after pass.

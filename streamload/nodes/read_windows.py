@@ -9,8 +9,8 @@ import numpy as np
 from torchdata.nodes import BaseNode
 
 from streamload.nodes._map import MapStage
-from streamload.nodes.types import ChunkPlan, TokenChunk
-from streamload.stream import SampleStream
+from streamload.streams.chunks import ChunkPlan, TokenChunk
+from streamload.streams.interface import SampleStream
 
 __all__ = ["IGNORE_INDEX", "ReadWindows", "WindowReader", "mask_skipped"]
 

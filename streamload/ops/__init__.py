@@ -1,6 +1,6 @@
-"""Vectorized batch kernels: gathering windows, packing masks, token checks."""
+"""Pure batch kernels (numpy, vectorized over a chunk): packing masks from document starts,
+Megatron's masks, and the flattening of ``cu_seqlens`` for varlen attention (torch)."""
 
-from streamload.ops.gather import ShardSet
 from streamload.ops.masks import packing_fields, starts_from_eos
 
-__all__ = ["ShardSet", "packing_fields", "starts_from_eos"]
+__all__ = ["packing_fields", "starts_from_eos"]

@@ -12,9 +12,39 @@ A *chunk* is a run of consecutive batches of one rank, the unit of work of one l
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["batch_sample_ids", "chunk_sample_ids", "num_batches", "rank_share"]
+from streamload.errors import ConfigError
+
+__all__ = ["RankSpec", "batch_sample_ids", "chunk_sample_ids", "num_batches", "rank_share"]
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Who this loader is in the data-parallel group.
+
+    Args:
+        rank: Data-parallel rank r.
+        world_size: Data-parallel size W.
+        batch_size: Per-rank batch size b; a global batch holds ``W * b`` samples.
+    """
+
+    rank: int
+    world_size: int
+    batch_size: int
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or not 0 <= self.rank < self.world_size:
+            raise ConfigError(f"rank {self.rank} is not in [0, world_size = {self.world_size})")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size = {self.batch_size} must be >= 1")
+
+    @property
+    def global_batch(self) -> int:
+        """Samples per global batch."""
+        return self.world_size * self.batch_size
 
 
 def num_batches(pass_length: int, start: int, global_batch: int) -> int:

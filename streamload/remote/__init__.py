@@ -5,13 +5,13 @@
 * :mod:`~streamload.remote.block_cache` — the bounded, lock-free disk cache (LRU);
 * :mod:`~streamload.remote.fetch` — requests with timeouts, retries and backoff;
 * :mod:`~streamload.remote.array` — array/file views that formats read through;
-* :mod:`~streamload.remote.prefetch` — fetching the next batches' windows ahead;
+* :mod:`~streamload.nodes.lookahead` — fetching the next batches' windows ahead;
 * :mod:`~streamload.remote.stats` — counters reported by ``loader.stats()["storage"]``.
 """
 
+from streamload.errors import RemoteReadError, RemoteStallError
 from streamload.remote.array import RemoteFile, RemoteTokens
 from streamload.remote.block_cache import DiskBlockCache
-from streamload.remote.errors import RemoteReadError, RemoteStallError
 from streamload.remote.fetch import RangeFetcher
 from streamload.remote.stats import RemoteStats
 from streamload.remote.store import RemoteObject, RemoteStore, StorageHandle

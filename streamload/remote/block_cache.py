@@ -46,12 +46,13 @@ import logging
 import os
 import threading
 import time
-import uuid
 import weakref
 from array import array
 from collections.abc import Callable
 
 import numpy as np
+
+from streamload.util.files import publish, temp_beside, write_atomic
 
 __all__ = ["LOW_WATER", "RESCAN_SHARE", "STALE_TEMP_SECONDS", "DiskBlockCache"]
 
@@ -61,7 +62,6 @@ RESCAN_SHARE = 16
 """A process rescans after writing ``limit // RESCAN_SHARE`` bytes (to count others' writes)."""
 STALE_TEMP_SECONDS = 600.0
 """Temporary files older than this are leftovers of a crashed writer."""
-_TEMP = ".tmp-"
 _SEP = "/"  # joins the block names of a folder; no file name contains it
 _LOG = logging.getLogger("streamload.remote")
 
@@ -131,23 +131,15 @@ class DiskBlockCache:
 
     def put(self, key: str, data: bytes | memoryview) -> None:
         """Store a block (atomically); a scan it makes due runs in the background."""
-        tmp = self.temp_path(key)
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        self.commit(key, tmp, len(data))
+        path = self.path(key)
+        write_atomic(path, data)
+        self._count(len(data))
 
     def temp_path(self, key: str) -> str:
         """A fresh temporary name for block ``key`` in its folder (created), to be written
         and then passed to :meth:`commit`; a crashed writer's leftover is removed by a later
         scan once it is older than ``STALE_TEMP_SECONDS``."""
-        folder = os.path.dirname(self.path(key))
-        os.makedirs(folder, exist_ok=True)
-        return os.path.join(folder, f"{_TEMP}{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        return temp_beside(self.path(key))
 
     def commit(self, key: str, tmp: str, size: int) -> str:
         """Rename the written temporary file ``tmp`` (``size`` bytes) into place as block
@@ -158,12 +150,7 @@ class DiskBlockCache:
             OSError: the rename failed (``tmp`` is removed).
         """
         path = self.path(key)
-        try:
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        publish(tmp, path)
         self._count(size)
         return path
 
@@ -284,7 +271,9 @@ class DiskBlockCache:
                         st = entry.stat()
                     except FileNotFoundError:
                         continue
-                    if entry.name.startswith(_TEMP):
+                    # Blocks are named by their hex key: a hidden file is a writer's temporary
+                    # (``temp_beside``'s, or a ``.tmp-`` one of earlier versions).
+                    if entry.name.startswith("."):
                         if now - st.st_mtime > STALE_TEMP_SECONDS:
                             with contextlib.suppress(OSError):
                                 os.unlink(entry.path)

@@ -32,12 +32,13 @@ from typing import Any
 
 from streamload.config.storage import StorageConfig
 from streamload.errors import FormatError
-from streamload.listing import object_version
 from streamload.remote.block_cache import DiskBlockCache
 from streamload.remote.fetch import RangeFetcher
 from streamload.remote.handle import RemoteObject
 from streamload.remote.stats import RemoteStats
+from streamload.remote.versions import object_version
 from streamload.remote.watchdog import wait_watched
+from streamload.util.files import write_atomic
 
 __all__ = ["PART_BYTES", "WholeDownload", "WholeFiles"]
 
@@ -301,15 +302,7 @@ class WholeFiles:
     def _write(self, obj: RemoteObject, path: str) -> None:
         """All of ``obj`` into ``path`` (one request; temp + rename)."""
         data = self._fetcher.fetch(obj, 0, obj.size) if obj.size else b""
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        write_atomic(path, data)
 
 
 def _remove(path: str) -> None:

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from streamload.config.storage import RangeClient, StorageConfig
-from streamload.errors import PROGRAMMING_ERRORS, ConfigError, FormatError
-from streamload.listing import retry_pause
-from streamload.remote.errors import RemoteReadError
+from streamload.errors import PROGRAMMING_ERRORS, ConfigError, FormatError, RemoteReadError
 from streamload.remote.handle import RemoteObject
 from streamload.remote.http_client import HttpRangeClient, SignatureRefused
+from streamload.remote.retry import retry_pause
 from streamload.remote.stats import RemoteStats
 
 __all__ = ["PERMANENT_ERRORS", "RangeFetcher"]

@@ -23,8 +23,7 @@ import time
 from typing import Any
 
 from streamload.config.storage import RangeClient, StorageConfig
-from streamload.errors import ConfigError
-from streamload.remote.errors import RemoteReadError
+from streamload.errors import ConfigError, RemoteReadError
 from streamload.remote.handle import RemoteObject
 
 __all__ = ["SIGN_LIFETIME", "HttpRangeClient", "SignatureRefused", "http_client_for"]

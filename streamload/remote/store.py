@@ -35,9 +35,9 @@ from typing import Any, ClassVar
 import fsspec
 import numpy as np
 
+from streamload.errors import RemoteReadError, RemoteStallError
 from streamload.remote.block_cache import DiskBlockCache
 from streamload.remote.download import WholeFiles
-from streamload.remote.errors import RemoteReadError, RemoteStallError
 from streamload.remote.fetch import RangeFetcher
 from streamload.remote.handle import RemoteObject, StorageHandle
 from streamload.remote.http_client import http_client_for

@@ -13,7 +13,7 @@ import time
 from typing import TypeVar
 
 from streamload.config.storage import StorageConfig
-from streamload.remote.errors import RemoteStallError
+from streamload.errors import RemoteStallError
 from streamload.remote.stats import RemoteStats
 
 __all__ = ["wait_watched"]

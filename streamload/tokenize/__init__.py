@@ -7,8 +7,8 @@ file rolling through the format writers), :mod:`.markers` (resume bookkeeping),
 :mod:`.group` (one group's work) and :mod:`.run` (planning, processes, summary).
 """
 
+from streamload.formats.encoder import DocumentEncoder
 from streamload.tokenize.config import OutputFormat, TokenizeConfig
-from streamload.tokenize.encoder import DocumentEncoder
 from streamload.tokenize.run import RunPlan, RunSummary, plan_run, run_plan, tokenize
 
 __all__ = [

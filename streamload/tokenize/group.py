@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from streamload.formats.encoder import DocumentEncoder
 from streamload.tokenize.config import TokenizeConfig
-from streamload.tokenize.encoder import DocumentEncoder
 from streamload.tokenize.inputs import LineReader, ReadCounts
 from streamload.tokenize.markers import RunRecord
 from streamload.tokenize.outputs import PartWriter, part_stem

@@ -18,35 +18,17 @@ for data):
 from __future__ import annotations
 
 import contextlib
-import functools
-import hashlib
 import json
 import os
 import shutil
 from typing import Any
 
 from streamload.errors import ConfigError
-from streamload.formats._atomic import atomic_output, temp_beside
+from streamload.util.files import atomic_output, publish, temp_beside
 
-__all__ = ["RunRecord", "file_sha256"]
+__all__ = ["RunRecord"]
 
 META_DIR = ".streamload-tokenize"
-
-
-def file_sha256(path: str) -> str:
-    """sha256 of a file's bytes (remembered per path, size and mtime: a source names one
-    tokenizer for all its files, and every rank describes them)."""
-    stat = os.stat(path)
-    return _sha256(os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_json(path: str, data: Any) -> None:
@@ -139,11 +121,11 @@ def _move_atomic(src: str, dst: str) -> None:
         tmp = temp_beside(dst)
         try:
             shutil.copyfile(src, tmp)
-            os.replace(tmp, dst)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        publish(tmp, dst)
         os.unlink(src)
 
 

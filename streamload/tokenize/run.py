@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamload.formats.encoder import DocumentEncoder
 from streamload.tokenize.config import TokenizeConfig
-from streamload.tokenize.encoder import DocumentEncoder
 from streamload.tokenize.group import GroupJob, run_group
 from streamload.tokenize.inputs import expand_documents
-from streamload.tokenize.markers import RunRecord, file_sha256
+from streamload.tokenize.markers import RunRecord
 from streamload.tokenize.outputs import choose_dtype
 from streamload.tokenize.shuffle import group_files
+from streamload.util.files import file_sha256
 
 __all__ = ["RunPlan", "RunSummary", "plan_run", "run_plan", "tokenize"]
 

@@ -20,18 +20,17 @@ reclaim them.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import os
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from streamload.catalog.listing import Siblings
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
-from streamload.listing import Siblings
+from streamload.util.files import write_atomic
 
 __all__ = ["SCHEMA", "catalog_key", "load_catalog", "save_catalog"]
 
@@ -88,14 +87,7 @@ def save_catalog(root: str, key: str, shards: Sequence[ShardInfo]) -> None:
         "shards": [{name: getattr(shard, name) for name in _FIELDS} for shard in shards],
     }
     path = _path(root, key)
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        text = json.dumps(entry)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(entry))
     except (OSError, TypeError, ValueError) as exc:
         _LOG.debug("streamload: cannot cache the shard descriptions at %s: %s", path, exc)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)

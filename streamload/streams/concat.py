@@ -11,14 +11,13 @@ World size, workers and prefetch only decide who reads a sample and when (docs/d
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from streamload.catalog import SourceCatalog, describe_sources
-from streamload.chunks import ChunkPlan, TokenChunk
-from streamload.config import DataConfig, SamplingMode
+from streamload.catalog.sources import SourceCatalog, describe_sources
+from streamload.config import DataConfig
 from streamload.ops.masks import starts_from_eos
 from streamload.plan.mixture import (
     MixtureCursor,
@@ -31,45 +30,14 @@ from streamload.plan.mixture import (
 from streamload.plan.partition import chunk_sample_ids, num_batches, rank_share
 from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
-from streamload.source_stream import SourceStream
+from streamload.streams.chunks import ChunkPlan, TokenChunk
+from streamload.streams.concat_source import ConcatSource
+from streamload.streams.cursor import StreamCursor
 
-__all__ = ["SampleStream", "StreamCursor"]
-
-
-@dataclass(frozen=True)
-class StreamCursor:
-    """Position in the stream after some delivered batches.
-
-    Args:
-        pass_index: Current pass.
-        sample: Pass-relative samples consumed.
-        mixture: Per-source counts and schedule position (mixtures only).
-    """
-
-    pass_index: int
-    sample: int
-    mixture: MixtureCursor | None = None
-
-    def to_state(self) -> dict[str, Any]:
-        """Plain ints and lists."""
-        m = self.mixture
-        mixture = None if m is None else {
-            "step": m.step, "drawn": list(m.drawn),
-            "phase_step": m.phase_step, "phase_drawn": list(m.phase_drawn),
-        }  # fmt: skip
-        return {"pass": self.pass_index, "sample": self.sample, "mixture": mixture}
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> StreamCursor:
-        """Inverse of :meth:`to_state`."""
-        m = state.get("mixture")
-        mixture = None if m is None else MixtureCursor(
-            int(m["step"]), tuple(m["drawn"]), int(m["phase_step"]), tuple(m["phase_drawn"])
-        )  # fmt: skip
-        return cls(int(state["pass"]), int(state["sample"]), mixture)
+__all__ = ["ConcatStream"]
 
 
-class SampleStream:
+class ConcatStream:
     """Samples of ``seq_len + 1`` tokens in their global order.
 
     Args:
@@ -80,7 +48,7 @@ class SampleStream:
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
         self.seq_len = config.seq_len
-        self.sources = tuple(SourceStream(config, c) for c in catalogs)
+        self.sources = tuple(ConcatSource(config, c) for c in catalogs)
         self.is_mixture = config.is_mixture
         self.phases = _phases(config) if self.is_mixture else ()
         first = self.sources[0]
@@ -95,15 +63,8 @@ class SampleStream:
         self.ended_by: str | None = None
 
     @classmethod
-    def from_config(cls, config: DataConfig) -> SampleStream:
-        """Describe every source (listing and headers only) and build the stream.
-
-        ``sampling.mode = "megatron"`` gives a :class:`streamload.megatron_stream.MegatronStream`.
-        """
-        if config.sampling.mode is SamplingMode.MEGATRON:
-            from streamload.megatron_stream import MegatronStream  # imports this module
-
-            return MegatronStream.from_config(config)
+    def from_config(cls, config: DataConfig) -> ConcatStream:
+        """Describe every source (listing and headers only) and build the stream."""
         return cls(config, describe_sources(config))
 
     # -- shape of the stream -------------------------------------------------------------
@@ -195,7 +156,7 @@ class SampleStream:
         return sources, local
 
     @staticmethod
-    def _policy_end(source: SourceStream, limit: int, where: str) -> str:
+    def _policy_end(source: ConcatSource, limit: int, where: str) -> str:
         return (
             f"source {source.name!r} has no samples left under its policy ({limit} samples = "
             f"{limit // source.num_windows} epoch(s)) at {where}"
@@ -219,7 +180,7 @@ class SampleStream:
         return TokenChunk(plan, tokens, starts, doc_starts)
 
     def _doc_starts(
-        self, source: SourceStream, tokens: np.ndarray, starts: np.ndarray
+        self, source: ConcatSource, tokens: np.ndarray, starts: np.ndarray
     ) -> np.ndarray:
         if source.has_documents:
             return source.document_starts(starts)

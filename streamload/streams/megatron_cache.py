@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from streamload.formats._atomic import atomic_output
+from streamload.util.files import atomic_output
 
 __all__ = [
     "WAIT_SECONDS",

@@ -13,7 +13,7 @@ import numpy as np
 
 from streamload.errors import ConfigError
 from streamload.plan.mixture import MixtureCursor, counts_for
-from streamload.stream import SampleStream
+from streamload.streams.interface import SampleStream
 
 __all__ = ["MAX_EPOCH_STEPS", "batch_source_counts", "mixture_report"]
 

@@ -20,11 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from streamload.catalog import SourceCatalog
-from streamload.errors import ConfigError, FormatError
-from streamload.ops.gather import ShardSet, skip_unreadable
+from streamload.catalog.sources import SourceCatalog
+from streamload.errors import ConfigError, FormatError, RemoteReadError
 from streamload.plan.megatron import GPTIndices
-from streamload.remote.errors import RemoteReadError
+from streamload.streams.shard_set import ShardSet, skip_unreadable
 
 __all__ = ["PAD_TOKEN", "MegatronSource"]
 
@@ -151,7 +150,7 @@ class MegatronSource:
 
     def prefetch(self, local: np.ndarray) -> None:
         """Start fetching the pieces of samples ``local`` from remote shards (the planner's
-        lookahead; :mod:`streamload.remote.prefetch`); a no-op for local shards."""
+        lookahead; :mod:`streamload.nodes.lookahead`); a no-op for local shards."""
         if not self.shards.remote or local.size == 0:
             return
         _, sequence, start, size = self._pieces(local)

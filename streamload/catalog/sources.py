@@ -7,7 +7,7 @@ of where the corpus is mounted, so a run may move its data between folders or bu
 
 Remote sources (any fsspec URL but ``file://``) are listed once; their headers are read
 concurrently (``storage.max_concurrency``) with retries, or taken from the catalog cache when
-the listing shows the very same objects (:mod:`streamload.catalog_cache`), and every shard carries a
+the listing shows the very same objects (:mod:`streamload.catalog.cache`), and every shard carries a
 :class:`~streamload.remote.StorageHandle` through which its tokens are later read by byte
 range (docs/remote.md). With ``on_error = "skip"`` a shard whose header stays unreadable is
 left out, warned about and counted; the fingerprint then covers only the shards kept.
@@ -23,21 +23,20 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from streamload.catalog_cache import Job, catalog_key, load_catalog, save_catalog
-from streamload.config import DataConfig, SourceConfig
-from streamload.config.source import OnError
-from streamload.config.storage import StorageConfig
-from streamload.errors import ConfigError
-from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
-from streamload.formats.sniff import describe_shard, folder_dtype
-from streamload.listing import (
+from streamload.catalog.cache import Job, catalog_key, load_catalog, save_catalog
+from streamload.catalog.listing import (
     Siblings,
     list_source_files,
-    retrying,
     sibling_files,
     source_url,
 )
-from streamload.remote.errors import RemoteReadError
+from streamload.config import DataConfig, SourceConfig
+from streamload.config.source import OnError
+from streamload.config.storage import StorageConfig
+from streamload.errors import ConfigError, RemoteReadError
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
+from streamload.formats.sniff import describe_shard, folder_dtype
+from streamload.remote.retry import retrying
 from streamload.remote.store import StorageHandle
 
 __all__ = ["SourceCatalog", "describe_source", "describe_sources", "storage_handle"]
@@ -145,7 +144,7 @@ def _describe_remote(
     fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Job]
 ) -> SourceCatalog:
     """Describe remote shards concurrently, or take them from the catalog cache when the
-    listing shows the same objects (:mod:`streamload.catalog_cache`)."""
+    listing shows the same objects (:mod:`streamload.catalog.cache`)."""
     key = catalog_key(source.format.value, jobs) if storage.cache_size else None
     if key is not None:
         cached = load_catalog(storage.cache_root, key, handle)

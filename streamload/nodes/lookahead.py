@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from streamload.chunks import ChunkPlan
+from streamload.streams.chunks import ChunkPlan
 
 if TYPE_CHECKING:
-    from streamload.stream import SampleStream, StreamCursor
+    from streamload.streams.cursor import StreamCursor
+    from streamload.streams.interface import SampleStream
 
 __all__ = ["Lookahead", "prefetch_plan"]
 

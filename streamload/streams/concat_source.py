@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamload.catalog import SourceCatalog
+from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig, SourcePolicy
 from streamload.errors import ConfigError, FormatError
 from streamload.formats.registry import get_format
-from streamload.ops.gather import ShardSet
 from streamload.plan.passes import PassPlan
 from streamload.plan.windows import WindowLayout
+from streamload.streams.shard_set import ShardSet
 
-__all__ = ["SourceStream"]
+__all__ = ["ConcatSource"]
 
 
-class SourceStream:
+class ConcatSource:
     """Samples of one source, indexed by the source-local index ``j``.
 
     Args:
@@ -75,7 +75,7 @@ class SourceStream:
 
     def prefetch(self, local: np.ndarray) -> None:
         """Start fetching the windows of source-local samples from remote shards (the
-        planner's lookahead, :mod:`streamload.remote.prefetch`); a no-op for local shards."""
+        planner's lookahead, :mod:`streamload.nodes.lookahead`); a no-op for local shards."""
         if self.shards.remote:
             self.shards.prefetch(self.window_starts(local), self.seq_len + 1)
 

@@ -12,28 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
-import random
-import time
-from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import fsspec
 
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
-from streamload.errors import PROGRAMMING_ERRORS, ConfigError, StreamloadError
+from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile
-
-T = TypeVar("T")
+from streamload.remote.retry import retrying
+from streamload.remote.versions import object_version
 
 __all__ = [
     "Siblings",
     "TOKEN_SUFFIXES",
-    "MAX_BACKOFF",
     "list_source_files",
-    "object_version",
-    "retry_pause",
-    "retrying",
     "sibling_files",
     "source_url",
     "source_filesystem",
@@ -68,48 +61,6 @@ def source_filesystem(source: SourceConfig) -> tuple[Any, list[str]]:
             )
         stripped.append(fs._strip_protocol(entry))
     return fs, stripped
-
-
-MAX_BACKOFF = 10.0
-"""Seconds a retry waits at most (before jitter)."""
-
-
-def retry_pause(backoff: float, retry: int) -> None:
-    """Wait before retry number ``retry`` (1, 2, ...): ``backoff`` doubling per retry, capped at
-    ``MAX_BACKOFF``, jittered to 50-100% (clients failing together do not retry together)."""
-    time.sleep(min(MAX_BACKOFF, backoff * 2 ** (retry - 1)) * random.uniform(0.5, 1.0))
-
-
-def retrying(storage: StorageConfig | None, what: str, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` (a listing or metadata call at start-up), retried on transient errors
-    like any remote request (``storage.retries``, ``backoff``): one 503 must not fail a job.
-
-    Raises:
-        ConfigError, FormatError: at once (a missing path stays missing).
-        RemoteReadError: every attempt failed; names ``what``, the attempts and the cause.
-    """
-    from streamload.remote.errors import RemoteReadError  # the remote package imports this
-
-    attempts = 1 + (storage.retries if storage is not None else 0)
-    backoff = storage.backoff if storage is not None else 0.0
-    for attempt in range(attempts):
-        try:
-            return fn(*args)
-        except (StreamloadError, *PROGRAMMING_ERRORS):
-            raise
-        except (FileNotFoundError, PermissionError) as exc:  # no retry changes these
-            raise ConfigError(
-                f"{what}: {type(exc).__name__}: {exc} (missing, or not readable with these "
-                "storage_options)"
-            ) from exc
-        except Exception as exc:
-            if attempt + 1 == attempts:
-                raise RemoteReadError(
-                    f"{what}: still failing after {attempts} attempts (storage.retries = "
-                    f"{attempts - 1}); last failure: {type(exc).__name__}: {exc}"
-                ) from exc
-            retry_pause(backoff, attempt + 1)
-    raise AssertionError("unreachable")
 
 
 def list_source_files(
@@ -190,19 +141,6 @@ def _listed(fs: Any, info: dict[str, Any], relpath: str) -> ListedFile:
                 "list its files one by one in the source path"
             )
     return ListedFile(info["name"], relpath, int(info["size"]), object_version(info))
-
-
-def object_version(info: dict[str, Any]) -> str:
-    """A listed object's version tag, or ``""``: the ETag (S3, Azure, HTTP), generation
-    (GCS), git blob id (Hugging Face), content MD5, or last modification time. The remote
-    cache keys pieces by it, so a replaced object never reads stale pieces."""
-    keys = ("ETag", "etag", "generation", "md5Hash", "blob_id", "Content-MD5", "LastModified",
-            "Last-Modified", "last_modified", "mtime")  # fmt: skip
-    for key in keys:
-        value = info.get(key)
-        if value not in (None, ""):
-            return str(value)
-    return ""
 
 
 class Siblings(NamedTuple):

@@ -20,12 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from streamload.catalog import SourceCatalog, describe_sources
-from streamload.chunks import ChunkPlan, TokenChunk
+from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
 from streamload.errors import FormatError
-from streamload.megatron_cache import find_megatron_gpt_cache, load_or_build
-from streamload.megatron_source import PAD_TOKEN, MegatronSource
 from streamload.plan.megatron import (
     GPTIndices,
     num_epochs,
@@ -38,8 +35,12 @@ from streamload.plan.megatron_layout import (
     build_megatron_indices,
     megatron_layout,
 )
+from streamload.plan.mixture import Phase
 from streamload.plan.partition import chunk_sample_ids, num_batches
-from streamload.stream import SampleStream, StreamCursor
+from streamload.streams.chunks import ChunkPlan, TokenChunk
+from streamload.streams.cursor import StreamCursor
+from streamload.streams.megatron_cache import find_megatron_gpt_cache, load_or_build
+from streamload.streams.megatron_source import PAD_TOKEN, MegatronSource
 
 __all__ = ["ALGORITHM", "MegatronStream"]
 
@@ -49,7 +50,7 @@ _GPT_FIELDS = GPTIndices._fields
 _COUNT_BLOCK = 1 << 16
 
 
-class MegatronStream(SampleStream):
+class MegatronStream:
     """The samples of a Megatron GPT/blended dataset in global order (one pass).
 
     Args:
@@ -60,17 +61,17 @@ class MegatronStream(SampleStream):
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
         self.seq_len = config.seq_len
-        self.is_mixture = False
-        self.phases = ()
-        self.ended_by = None
+        self.is_mixture = False  # a blend is Megatron's own index, not a streamload mixture
+        self.phases: tuple[Phase, ...] = ()
+        self.ended_by: str | None = None
         sampling = config.sampling
         self.extra = int(sampling.add_extra_token)
-        self.sources = tuple(MegatronSource(c) for c in catalogs)  # type: ignore[misc]
+        self.sources = tuple(MegatronSource(c) for c in catalogs)
         weighted = all(s.weight is not None for s in config.sources)
         weights = [float(s.weight or 0.0) for s in config.sources] if weighted else None
         assert sampling.num_samples is not None  # SamplingConfig requires it in this mode
         self.layout = megatron_layout(
-            [s.num_sequences for s in self._sources],
+            [s.num_sequences for s in self.sources],
             weights,
             sampling.split,
             sampling.split_name.value,
@@ -85,16 +86,12 @@ class MegatronStream(SampleStream):
         """Describe every source (listing, headers, sequence lengths) and build the indices."""
         return cls(config, describe_sources(config))
 
-    @property
-    def _sources(self) -> tuple[MegatronSource, ...]:
-        return self.sources  # type: ignore[return-value]
-
     # -- indices -------------------------------------------------------------------------
     def _description(self) -> dict[str, Any]:
         s = self.config.sampling
         return {
             "algorithm": ALGORITHM,
-            "data": [src.catalog.fingerprint() for src in self._sources],
+            "data": [src.catalog.fingerprint() for src in self.sources],
             "layout": [list(d) for d in self.layout.datasets],
             "blend": [self.layout.blend, self.layout.weights, self.layout.blend_size],
             "num_samples": s.num_samples,
@@ -108,7 +105,7 @@ class MegatronStream(SampleStream):
         s = self.config.sampling
         built = build_megatron_indices(
             self.layout,
-            [src.sequence_lengths for src in self._sources],
+            [src.sequence_lengths for src in self.sources],
             self.seq_len,
             self.config.seed,
             s.add_extra_token,
@@ -118,7 +115,7 @@ class MegatronStream(SampleStream):
 
     def _indices(self) -> dict[str, np.ndarray]:
         cache_dir = self.config.sampling.cache_dir
-        found = [self._megatron_cache(d) for d in range(len(self._sources))]
+        found = [self._megatron_cache(d) for d in range(len(self.sources))]
         if all(f is not None for f in found):
             arrays: dict[str, np.ndarray] = {}
             self._files = {}
@@ -138,7 +135,7 @@ class MegatronStream(SampleStream):
 
     def _megatron_cache(self, d: int) -> tuple[dict[str, np.ndarray], dict[str, str]] | None:
         """megatron-core's own cached indices of dataset ``d``, if they match."""
-        source, spec, s = self._sources[d], self.layout.datasets[d], self.config.sampling
+        source, spec, s = self.sources[d], self.layout.datasets[d], self.config.sampling
         if s.cache_dir is None or source.prefix is None:
             return None
         matrix = [None if b is None else list(b) for b in split_matrix(s.split)]
@@ -166,7 +163,7 @@ class MegatronStream(SampleStream):
         return find_megatron_gpt_cache(s.cache_dir, s.split_name.value, identifiers, check)
 
     def _attach(self) -> None:
-        for d, (source, spec) in enumerate(zip(self._sources, self.layout.datasets, strict=True)):
+        for d, (source, spec) in enumerate(zip(self.sources, self.layout.datasets, strict=True)):
             gpt = GPTIndices(*(self._arrays[f"ds{d}_{k}"] for k in _GPT_FIELDS))
             tpe = int(source.sequence_lengths[spec.begin : spec.end].sum(dtype=np.int64))
             source.attach(gpt, tpe, self.seq_len, self.extra)
@@ -180,7 +177,7 @@ class MegatronStream(SampleStream):
         state = self.__dict__.copy()
         if self._files is not None:  # mapped files travel as paths, not as copies
             state["_arrays"] = {k: v for k, v in self._arrays.items() if k not in self._files}
-            state["sources"] = tuple(_without_indices(s) for s in self._sources)
+            state["sources"] = tuple(_without_indices(s) for s in self.sources)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -199,7 +196,7 @@ class MegatronStream(SampleStream):
     @property
     def num_windows(self) -> int:
         """Samples of one data epoch of the first source."""
-        return self._sources[0].num_windows
+        return self.sources[0].num_windows
 
     @property
     def has_documents(self) -> bool:
@@ -271,7 +268,7 @@ class MegatronStream(SampleStream):
         rows = {d: np.flatnonzero(src == d) for d in np.unique(src).tolist()}
         parts, skipped = {}, [np.zeros(0, dtype=np.int64)]
         for d, r in rows.items():
-            parts[d], _, bad = self._sources[d].read(local[r], width)
+            parts[d], _, bad = self.sources[d].read(local[r], width)
             skipped.append(r[bad])
         if len(parts) == 1:
             out = next(iter(parts.values()))
@@ -289,7 +286,7 @@ class MegatronStream(SampleStream):
             return
         row, col = (int(v[0]) for v in np.nonzero(text >= vocab))
         src, _ = self.locate(0, ids[row : row + 1])
-        source = self._sources[int(src[0])]
+        source = self.sources[int(src[0])]
         raise FormatError(
             f"source {source.name!r} ({source.catalog.shards[0].path}): global sample "
             f"{int(ids[row])} token {col} is {int(text[row, col])}, expected < vocab_size = "
@@ -312,7 +309,7 @@ class MegatronStream(SampleStream):
         drawn = self._drawn(cursor.sample)
         return {
             s.name: {"epoch": d // s.num_windows, "samples": d}
-            for s, d in zip(self._sources, drawn, strict=True)
+            for s, d in zip(self.sources, drawn, strict=True)
         }
 
     def _drawn(self, sample: int) -> list[int]:
@@ -343,9 +340,9 @@ class MegatronStream(SampleStream):
             "split_name": s.split_name.value,
             "add_extra_token": s.add_extra_token,
             "drop_last_partial": s.drop_last_partial,
-            "sources": [src.name for src in self._sources],
+            "sources": [src.name for src in self.sources],
             "weights": [src.weight for src in self.config.sources],
-            "data": {src.name: src.catalog.fingerprint() for src in self._sources},
+            "data": {src.name: src.catalog.fingerprint() for src in self.sources},
         }
 
 

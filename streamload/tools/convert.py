@@ -1,7 +1,7 @@
 """Converting token data between formats, document by document, with bounded memory.
 
 Documents come from the source format's index, else from an EOS token, else one per shard
-(:mod:`streamload.documents`); they are written by the target format's writer, which writes
+(:mod:`streamload.tools.documents`); they are written by the target format's writer, which writes
 under temporary names and renames when complete.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from streamload.catalog import SourceCatalog
-from streamload.documents import document_bounds, iter_documents
+from streamload.catalog.sources import SourceCatalog
 from streamload.errors import ConfigError
 from streamload.formats.base import DocumentWriter
 from streamload.formats.registry import open_shard
+from streamload.tools.documents import document_bounds, iter_documents
 
 __all__ = ["TARGETS", "ConvertStats", "convert", "open_writer"]
 

@@ -27,11 +27,10 @@ from typing import Any
 import numpy as np
 
 from streamload.config.storage import StorageConfig
-from streamload.errors import FormatError
+from streamload.errors import FormatError, RemoteReadError
 from streamload.formats.base import ShardInfo, TokenShard
 from streamload.formats.registry import open_shard
 from streamload.ops.masks import starts_from_offsets
-from streamload.remote.errors import RemoteReadError
 from streamload.remote.store import RemoteObject, StorageHandle
 
 __all__ = ["MAX_OPEN_SHARDS", "ShardSet", "skip_unreadable"]

@@ -1,0 +1,1 @@
+"""Small helpers every layer may use (the bottom layer, beside :mod:`streamload.errors`)."""
