@@ -22,7 +22,7 @@ from torchdata.nodes import BaseNode, PinMemory
 from streamload.config import DataConfig, load_config
 from streamload.distributed import resolve_data_parallel
 from streamload.errors import ConfigError
-from streamload.nodes._map import MapStage
+from streamload.nodes.map_stage import MapStage
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.materialize import Materialize
 from streamload.nodes.plan_chunks import PlanChunks

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamload.config._checks import check_int, check_keys
+from streamload.config.checks import check_int, check_keys
 from streamload.config.options import (
     MixtureConfig,
     PackingConfig,

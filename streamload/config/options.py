@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from streamload.config._checks import check_int, to_enum
+from streamload.config.checks import check_int, to_enum
 from streamload.errors import ConfigError
 from streamload.plan.megatron import parse_split
 

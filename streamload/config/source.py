@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamload.config._checks import check_int, to_enum
+from streamload.config.checks import check_int, to_enum
 from streamload.errors import ConfigError
 
 __all__ = ["TOKEN_DTYPES", "OnError", "ShardFormat", "SourceConfig", "SourcePolicy"]

@@ -11,7 +11,7 @@ import enum
 import os
 from dataclasses import dataclass
 
-from streamload.config._checks import check_int, to_enum
+from streamload.config.checks import check_int, to_enum
 from streamload.errors import ConfigError
 
 __all__ = ["CACHE_DIR_ENV", "RangeClient", "StorageConfig", "WindowReads", "default_cache_dir"]

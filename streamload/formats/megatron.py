@@ -51,6 +51,7 @@ __all__ = [
     "MegatronFormat",
     "MegatronShard",
     "MegatronWriter",
+    "code_of_dtype",
     "merge_megatron",
     "read_index",
 ]

@@ -40,10 +40,10 @@ import torch.multiprocessing as tmp
 from torchdata.nodes import BaseNode
 
 from streamload.errors import WorkerDiedError, add_note
-from streamload.nodes._map import unwrap_legacy_state
 from streamload.nodes._slots import SlotRef, read_slot, write_slot
 from streamload.nodes._worker_failure import _Failure
 from streamload.nodes._worker_stats import merge_storage_deltas, take_storage_deltas
+from streamload.nodes.map_stage import unwrap_legacy_state
 
 __all__ = ["MapWorkers", "WorkerDied"]
 

@@ -7,7 +7,7 @@ import torch
 from torchdata.nodes import BaseNode
 
 from streamload.errors import ConfigError
-from streamload.nodes._map import MapStage
+from streamload.nodes.map_stage import MapStage
 from streamload.ops.masks import packing_fields, starts_from_eos
 from streamload.ops.megatron_masks import mask_pad, switched_fields
 from streamload.streams.chunks import TokenChunk

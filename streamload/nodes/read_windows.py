@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from torchdata.nodes import BaseNode
 
-from streamload.nodes._map import MapStage
+from streamload.nodes.map_stage import MapStage
 from streamload.streams.chunks import ChunkPlan, TokenChunk
 from streamload.streams.interface import SampleStream
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamload.config._checks import check_int, check_keys, to_enum
+from streamload.config.checks import check_int, check_keys, to_enum
 from streamload.config.data import read_config_file
 from streamload.errors import ConfigError
 

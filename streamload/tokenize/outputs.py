@@ -79,7 +79,7 @@ def choose_dtype(
             f"--dtype {chosen.name} does not fit"
         )
     if fmt is OutputFormat.MEGATRON:
-        from streamload.formats._megatron_index import code_of_dtype
+        from streamload.formats.megatron import code_of_dtype
 
         code_of_dtype(chosen)
     return chosen

@@ -1,4 +1,6 @@
-"""Validation helpers shared by the config dataclasses."""
+"""Validation helpers shared by every config dataclass (the data config and ``tokenize``'s):
+unknown keys, integers with a minimum, enum values, each failing with a :class:`ConfigError`
+that names the field, the value and what is allowed."""
 
 from __future__ import annotations
 
