@@ -4,8 +4,8 @@
   ``npm ci --prefix benchmarks/s3rver``. It answers a range GET in well under a millisecond
   of its own CPU, where moto (Python, the tests' server) needs several, so the loader's side
   is what is measured.
-* ``S3Server(process=True)`` from ``tests/_s3.py`` — moto, when s3rver is not installed.
-* :class:`ProxyProcess` — the tests' fault proxy (``tests/_http.py``) in a child process, so
+* ``S3Server(process=True)`` from ``tests/servers/s3.py`` — moto, when s3rver is not installed.
+* :class:`ProxyProcess` — the tests' fault proxy (``tests/servers/http.py``) in a child process, so
   the bytes it copies do not take this interpreter's GIL from the loader being measured.
 
 Everything binds 127.0.0.1; nothing leaves the machine.
@@ -23,8 +23,9 @@ import time
 
 from _common import BENCH_DIR
 
-sys.path.insert(0, str(BENCH_DIR.parent / "tests"))  # the tests' loopback servers
-from _s3 import S3Server, free_port, loopback_env
+sys.path.insert(0, str(BENCH_DIR.parent))  # the tests' loopback servers (tests/servers/)
+from tests.servers import free_port
+from tests.servers.s3 import S3Server, loopback_env
 
 __all__ = ["S3RVER_BIN", "ProxyProcess", "S3rver", "s3_server"]
 
@@ -89,8 +90,8 @@ def s3_server(kind: str) -> S3Server:
 
 _PROXY_MAIN = """
 import sys, time
-sys.path.insert(0, {tests!r})
-from _http import FaultPlan, FaultProxy
+sys.path.insert(0, {repo!r})
+from tests.servers.http import FaultPlan, FaultProxy
 with FaultProxy({upstream!r}, FaultPlan(latency={latency!r})) as proxy:
     print(proxy.endpoint, flush=True)
     while True:
@@ -102,8 +103,8 @@ class ProxyProcess:
     """The tests' fault proxy adding ``latency`` seconds per request, in a child process."""
 
     def __init__(self, upstream: str, latency: float) -> None:
-        tests = str(BENCH_DIR.parent / "tests")
-        code = _PROXY_MAIN.format(tests=tests, upstream=upstream, latency=latency)
+        repo = str(BENCH_DIR.parent)
+        code = _PROXY_MAIN.format(repo=repo, upstream=upstream, latency=latency)
         self._child = subprocess.Popen(
             [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from _corpus import Corpus, write_shards
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from streamload import (
@@ -17,6 +16,7 @@ from streamload import (
     load_config,
 )
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
+from tests.helpers.corpus import Corpus, write_shards
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:each pass of"),

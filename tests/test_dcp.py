@@ -16,17 +16,18 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from _corpus import write_shards
-from test_mixture_loader import SCHEDULE, SIZES, WEIGHTS, Ranks, mixture, write_sources
 from torch.distributed.checkpoint.stateful import Stateful
 
 from streamload import LoaderOptions, StateError, StreamLoader, build_loader
 from streamload.testing import assert_batches_equal
+from tests.helpers.corpus import write_shards
+from tests.helpers.paths import REPO
+from tests.test_mixture_loader import SCHEDULE, SIZES, WEIGHTS, Ranks, mixture, write_sources
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:each pass of", "ignore:torch.distributed is disabled"
 )
-EXAMPLE = Path(__file__).parents[1] / "examples" / "dcp_checkpoint.py"
+EXAMPLE = REPO / "examples" / "dcp_checkpoint.py"
 
 
 @pytest.fixture(scope="module")

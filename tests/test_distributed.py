@@ -12,14 +12,14 @@ import sys
 import warnings
 from pathlib import Path
 
-import _gloo
 import pytest
 import torch
 import torch.distributed as dist
-from _corpus import write_shards
 
 from streamload import build_loader
 from streamload.testing import assert_batches_equal, collect_global_batches
+from tests.helpers import gloo
+from tests.helpers.corpus import write_shards
 
 GLOBAL_BATCH = 8
 SAVE_AFTER = 4
@@ -27,7 +27,7 @@ SAVE_AFTER = 4
 
 def launch(phase: str, world: int, config: Path, out: Path) -> None:
     """Run ``world`` ranks of this file's ``worker`` and wait for all of them."""
-    _gloo.launch(__file__, phase, world, config, out)
+    gloo.launch(__file__, phase, world, config, out)
 
 
 def worker(phase: str, config: str, out: str) -> None:

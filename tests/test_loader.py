@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _corpus import Corpus, write_shards
 
 from streamload import LoaderOptions, SampleStream, StateError, StreamLoader, build_loader
 from streamload import load_config as load
@@ -18,6 +17,7 @@ from streamload.testing import (
     assert_resumes_exactly,
     collect_global_batches,
 )
+from tests.helpers.corpus import Corpus, write_shards
 
 pytestmark = pytest.mark.filterwarnings("ignore:each pass of")
 

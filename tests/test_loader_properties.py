@@ -9,12 +9,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from _corpus import Corpus, write_shards
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from streamload import LoaderOptions, StreamLoader, build_loader
 from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
+from tests.helpers.corpus import Corpus, write_shards
 
 SETTINGS = settings(max_examples=25, deadline=None)
 

@@ -18,8 +18,11 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from _gloo import start, wait
-from test_mixture_loader import (
+
+from streamload import build_loader
+from streamload.testing import assert_batches_equal, collect_global_batches
+from tests.helpers.gloo import start, wait
+from tests.test_mixture_loader import (
     SCHEDULE,
     SIZES,
     WEIGHTS,
@@ -29,9 +32,6 @@ from test_mixture_loader import (
     per_source,
     write_sources,
 )
-
-from streamload import build_loader
-from streamload.testing import assert_batches_equal, collect_global_batches
 
 SAVE, RESUME = 7, 6
 RESUMES = {"resume2": (2, "mix12.json"), "resume3": (3, "mix12.json"), "double": (4, "mix24.json")}

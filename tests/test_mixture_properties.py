@@ -20,7 +20,9 @@ import numpy as np
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from test_mixture_loader import (
+
+from streamload.testing import assert_resumes_exactly
+from tests.test_mixture_loader import (
     SEQ_LEN,
     Ranks,
     assert_own_sequences,
@@ -29,8 +31,6 @@ from test_mixture_loader import (
     per_source,
     write_sources,
 )
-
-from streamload.testing import assert_resumes_exactly
 
 NAMES = ("a", "b", "c")
 PROPERTY = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

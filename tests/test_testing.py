@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from _corpus import write_shards
 from torchdata.nodes import Batcher, IterableWrapper, Loader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -19,6 +18,7 @@ from streamload.testing import (
     assert_resumes_exactly,
     collect_global_batches,
 )
+from tests.helpers.corpus import write_shards
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:each pass of"),

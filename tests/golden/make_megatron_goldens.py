@@ -2,13 +2,13 @@
 
 Builds real ``GPTDataset`` / ``BlendedDataset`` indices with megatron-core over two small
 IndexedDatasets written by :class:`streamload.formats.megatron.MegatronWriter`, and saves the
-arrays with the inputs that produced them. ``tests/test_megatron_goldens.py`` checks that
-``streamload.plan.megatron`` and ``megatron_blend`` reproduce every array exactly. The cases
+arrays with the inputs that produced them. ``tests/streams/test_megatron_goldens.py`` checks
+that ``streamload.plan.megatron`` and ``megatron_blend`` reproduce every array exactly. The cases
 of :data:`SAMPLE_CASES` also save the ``text`` array of every sample
-(``tests/test_megatron_stream.py`` reads them through the stream, the CLI and the loader);
+(``tests/streams/test_megatron.py`` reads them through the stream, the CLI and the loader);
 ``masks_*`` save ``GPTDataset.__getitem__`` outputs with the mask switches
-(``tests/test_megatron_masks.py``); ``megatron_cache/`` holds megatron-core's own cache files
-of one case (``tests/test_megatron_cache.py``).
+(``tests/ops/test_megatron_masks.py``); ``megatron_cache/`` holds megatron-core's own cache files
+of one case (``tests/streams/test_megatron_cache.py``).
 
 megatron-core must not go into the project venv; install it aside and put it on the path::
 

@@ -53,9 +53,9 @@ def texts(n: int, seed: int) -> list[str]:
 
 
 def train_tokenizer(path: Path) -> None:
-    """The goldens' tokenizer (``tests/_tokenizer.py``) trained on 400 of :func:`texts`."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
-    from _tokenizer import train_bpe
+    """The goldens' tokenizer (``tests/helpers/tokenizer.py``) trained on 400 of :func:`texts`."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
+    from tests.helpers.tokenizer import train_bpe
 
     train_bpe(path, texts(400, 0))
 
