@@ -1,4 +1,7 @@
-"""The global sample stream: a pure function of (data, config, seed), walked by a cursor.
+"""``sampling.mode = "concat"``: windows over each source's concatenated tokens.
+
+Sample ``g`` is a window of ``seq_len + 1`` tokens (stride ``seq_len``) chosen by a keyed
+permutation: a pure function of (data, config, seed), walked by a cursor.
 
 * One source: pass ``p``, pass-relative sample ``g`` → the source's sample ``g`` (with
   ``num_samples``) or ``p·n + g`` (one epoch per pass). Random access is O(1).
@@ -38,7 +41,8 @@ __all__ = ["ConcatStream"]
 
 
 class ConcatStream:
-    """Samples of ``seq_len + 1`` tokens in their global order.
+    """Samples of ``seq_len + 1`` tokens in their global order (implements
+    :class:`streamload.streams.interface.SampleStream`).
 
     Args:
         config: The data config.

@@ -51,7 +51,8 @@ _COUNT_BLOCK = 1 << 16
 
 
 class MegatronStream:
-    """The samples of a Megatron GPT/blended dataset in global order (one pass).
+    """The samples of a Megatron GPT/blended dataset in global order (one pass; implements
+    :class:`streamload.streams.interface.SampleStream`).
 
     Args:
         config: A config with ``sampling.mode = "megatron"``.
