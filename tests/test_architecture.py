@@ -3,6 +3,9 @@ contract that ``lint-imports`` runs in CI (pyproject.toml ``[tool.importlinter]`
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
@@ -90,3 +93,24 @@ def test_every_error_class_is_in_errors_and_exported() -> None:
     for path in PACKAGE.rglob("*.py"):
         if path.name != "errors.py":
             assert "(StreamloadError)" not in path.read_text(), path
+
+
+@pytest.mark.parametrize("old", sorted(streamload._MOVED))
+def test_old_module_paths_import_the_new_module_with_a_warning(old: str) -> None:
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=streamload._MOVED[old]):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(streamload._MOVED[old])
+
+
+def test_import_streamload_leaves_torch_and_numpy_for_later() -> None:
+    code = "import sys, streamload; print(sorted({'torch', 'numpy'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_python_dash_m_streamload_is_the_console_script() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "streamload", "--help"], capture_output=True, text=True, check=True
+    )
+    assert run.stdout.startswith("usage: streamload ")

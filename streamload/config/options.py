@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 from streamload.config.checks import check_int, to_enum
 from streamload.errors import ConfigError
-from streamload.plan.megatron import parse_split
 
 __all__ = [
     "MegatronSplit",
@@ -129,6 +128,8 @@ class SamplingConfig:
                 )
         if not isinstance(self.split, str):
             raise ConfigError(f"sampling.split = {self.split!r} must be a string like '969,30,1'")
+        from streamload.plan.megatron import parse_split  # numpy: not at `import streamload`
+
         parse_split(self.split)
         if not self.drop_last_partial and self.split_name is not MegatronSplit.VALID:
             raise ConfigError(
