@@ -249,12 +249,57 @@ def test_several_sources(make_corpus: Callable) -> None:
         ({"batch_size": 2, "rank": 2, "world_size": 2}, r"rank 2 is not in \[0, world_size = 2\)"),
         ({"batch_size": 2, "num_workers": -1}, r"num_workers = -1 must be >= 0"),
         ({"batch_size": 3, "world_size": 2, "rank": 0}, r"global_batch_size = 8 in the config"),
+        ({"batch_size": "4"}, r"batch_size = '4' must be an integer"),
+        ({"batch_size": 1.5}, r"batch_size = 1\.5 must be an integer"),
+        ({"batch_size": True}, r"batch_size = True must be an integer"),
+        ({"batch_size": 8, "num_workers": 1.5}, r"num_workers = 1\.5 must be an integer"),
+        ({"batch_size": 8, "num_workers": 10_000}, r"num_workers = 10000 must be <= 256"),
+        ({"batch_size": 4, "rank": 0.0, "world_size": 2}, r"rank = 0\.0 must be an integer"),
+        ({"batch_size": 4, "rank": 0, "world_size": "2"}, r"world_size = '2' must be an"),
+        ({"batch_size": 8, "options": {"prefetch": -1}}, r"prefetch = -1 must be >= 0"),
+        ({"batch_size": 8, "options": "fast"}, r"options = 'fast' must be a LoaderOptions"),
     ],
 )
 def test_bad_loader_arguments(make_corpus: Callable, kwargs: dict, match: str) -> None:
     corpus = make_corpus([200])
     with pytest.raises(ConfigError, match=match):
         build_loader(corpus.config(global_batch_size=8), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (
+            {"worker_type": "process", "multiprocessing_context": "bogus"},
+            r"multiprocessing_context = 'bogus' is not one of",
+        ),
+        ({"worker_type": "gpu"}, r"worker_type = 'gpu' is not one of 'thread', 'process'"),
+        ({"prefetch": 1.5}, r"prefetch = 1\.5 must be an integer"),
+        ({"chunk_batches": "2"}, r"chunk_batches = '2' must be an integer"),
+    ],
+)
+def test_bad_loader_options(make_corpus: Callable, options: dict, match: str) -> None:
+    """Refused when the options are made, before any listing or worker start."""
+    corpus = make_corpus([200])
+    with pytest.raises(ConfigError, match=match):
+        build_loader(corpus.config(), batch_size=2, num_workers=1, options=LoaderOptions(**options))
+
+
+def test_stream_loader_checks_its_arguments(make_corpus: Callable) -> None:
+    """The arguments are checked by the loader itself too, not only by build_loader."""
+    from streamload.plan.partition import RankSpec
+
+    stream = stream_of(make_corpus([200]).config())
+    with pytest.raises(ConfigError, match=r"num_workers = 1\.5 must be an integer"):
+        streamload.StreamLoader(stream, RankSpec(0, 1, 2), num_workers=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"num_workers = 300 must be <= 256"):
+        streamload.StreamLoader(stream, RankSpec(0, 1, 2), num_workers=300)
+
+
+@pytest.mark.parametrize("config", [None, [1, 2], 7])
+def test_a_config_of_the_wrong_type(config: Any) -> None:
+    with pytest.raises(ConfigError, match=r"expected a path to a TOML/YAML/JSON file, a mapping"):
+        build_loader(config, batch_size=2)
 
 
 def test_dtype_conflicts_through_build_loader(make_corpus: Callable) -> None:

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamload.config.checks import check_int, check_keys
+from streamload.config.checks import (
+    check_int,
+    check_keys,
+    check_plain,
+    check_weight_sum,
+    show,
+    table_fields,
+)
+from streamload.config.files import read_config_file
 from streamload.config.options import (
     MixtureConfig,
     PackingConfig,
@@ -23,11 +31,6 @@ from streamload.config.options import (
 from streamload.config.source import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, add_note
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = ["DataConfig", "load_config", "read_config_file"]
 
@@ -92,6 +95,8 @@ class DataConfig:
             raise ConfigError(f"eos_token_id = {e} must be < vocab_size = {v}")
         if isinstance(self.schedule, list):
             object.__setattr__(self, "schedule", tuple(self.schedule))
+        weights = [s.weight for s in self.sources if s.weight is not None]
+        check_weight_sum(weights, "source weights")
         if self.sampling.mode is SamplingMode.MEGATRON:
             from streamload.config.megatron import check_megatron_config
 
@@ -137,7 +142,7 @@ class DataConfig:
         """
         if not isinstance(data, Mapping):
             raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
-        check_keys(data, cls, "config")
+        check_keys(data, cls, "config", functools.partial(_hints, "config"))
         if "seq_len" not in data:
             raise ConfigError("config: seq_len is required")
         raw_sources = data.get("sources", [])
@@ -170,26 +175,58 @@ class DataConfig:
         return _plain(self)
 
     def to_json(self) -> str:
-        """The config as indented JSON."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+        """The config as indented JSON.
+
+        Raises:
+            ConfigError: a ``storage_options`` value given in a dict is not JSON data.
+        """
+        plain = self.to_dict()
+        check_plain(plain, "cannot print the config as JSON: ")  # storage_options from a dict
+        return json.dumps(plain, indent=2, sort_keys=True)
+
+
+# What a table's unknown key may have been meant as: a field of another table, or a loader
+# argument (so `batch_size = 8` in a config says where it goes).
+_TABLES: dict[str, type] = {
+    "config": DataConfig,
+    "[[sources]]": SourceConfig,
+    "[sampling]": SamplingConfig,
+    "[packing]": PackingConfig,
+    "[mixture]": MixtureConfig,
+    "[[schedule]]": PhaseConfig,
+    "[storage]": StorageConfig,
+}
+
+
+@functools.cache
+def _hints(table: str) -> dict[str, str]:
+    from streamload.config.loader_args import LOADER_ARGUMENTS, LoaderOptions  # on errors only
+
+    homes: dict[str, list[str]] = {}
+    for name, kind in _TABLES.items():
+        if name != table:
+            for f in dataclasses.fields(kind):
+                homes.setdefault(f.name, []).append("the top level" if name == "config" else name)
+    hints = {key: f"it belongs in {' or '.join(where)}" for key, where in homes.items()}
+    for arg in LOADER_ARGUMENTS:
+        hints.setdefault(arg, f"it is a loader argument: build_loader({arg}=...)")
+    for f in dataclasses.fields(LoaderOptions):
+        hints.setdefault(f.name, f"it is a loader option: LoaderOptions({f.name}=...)")
+    return hints
 
 
 def _sub(kind: type, data: Any, where: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where} must be a table, got {data!r}")
-    check_keys(data, kind, where)
-    return kind(**data)
+    table = next((n for n, k in _TABLES.items() if k is kind), where)
+    try:
+        return kind(**table_fields(data, kind, where, functools.partial(_hints, table)))
+    except ConfigError as exc:
+        add_note(exc, f"in {where}")
+        raise
 
 
 def _source_from_dict(data: Any, index: int, base_dir: str | None) -> SourceConfig:
     where = f"sources[{index}]"
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{where} must be a table, got {data!r}")
-    check_keys(data, SourceConfig, where)
-    for key in ("name", "path"):
-        if key not in data:
-            raise ConfigError(f"{where}: {key} is required")
-    data = dict(data)
+    data = table_fields(data, SourceConfig, where, functools.partial(_hints, "[[sources]]"))
     path = data["path"]
     if isinstance(path, (list, tuple)):
         data["path"] = tuple(_resolve(p, base_dir) for p in path)
@@ -219,30 +256,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def read_config_file(path: str | os.PathLike[str]) -> Any:
-    """The parsed content of a JSON (``.json``), YAML (``.yaml``/``.yml``) or TOML file.
-
-    Raises:
-        ConfigError: the file is missing or unparsable.
-    """
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(f"{file}: config file not found")
-    text = file.read_text(encoding="utf-8")
-    try:
-        if file.suffix in (".yaml", ".yml"):
-            import yaml
-
-            return yaml.safe_load(text)
-        if file.suffix == ".json":
-            return json.loads(text)
-        return tomllib.loads(text)
-    except Exception as exc:
-        error = ConfigError(f"{file}: cannot parse config: {exc}")
-        add_note(error, "expected JSON (.json), YAML (.yaml/.yml) or TOML (any other name)")
-        raise error from exc
-
-
 def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | DataConfig) -> DataConfig:
     """Load a config from a TOML/YAML/JSON file path, a mapping, or pass a DataConfig through.
 
@@ -253,8 +266,16 @@ def load_config(config: str | os.PathLike[str] | Mapping[str, Any] | DataConfig)
         return config
     if isinstance(config, Mapping):
         return DataConfig.from_dict(config)
-    path = Path(config)
+    name = os.fspath(config) if isinstance(config, os.PathLike) else config
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"config = {show(config, 80)}: expected a path to a TOML/YAML/JSON file, a mapping or "
+            f"a DataConfig, got {type(config).__name__}"
+        )
+    path = Path(name)
     data = read_config_file(path)
+    if data is None:  # an empty YAML document
+        raise ConfigError(f"{path}: the config file is empty")
     try:
         return DataConfig.from_dict(data, base_dir=str(path.parent.resolve()))
     except ConfigError as exc:

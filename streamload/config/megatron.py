@@ -24,6 +24,11 @@ def check_megatron_config(config: DataConfig) -> None:
     where = "sampling.mode = 'megatron'"
     if config.seq_len < 2:
         raise ConfigError(f"seq_len = {config.seq_len}: {where} needs seq_len >= 2")
+    if config.seed >= 2**32:
+        raise ConfigError(
+            f"seed = {config.seed} must be < 2**32 with {where} (Megatron seeds numpy's "
+            "RandomState with it)"
+        )
     if config.schedule:
         raise ConfigError(f"[[schedule]] has no meaning with {where}; Megatron blends are static")
     if config.mixture != MixtureConfig():

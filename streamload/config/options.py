@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
-from streamload.config.checks import check_int, to_enum
+from streamload.config.checks import (
+    check_bool,
+    check_int,
+    check_number,
+    check_path,
+    check_weight_sum,
+    show,
+    to_enum,
+)
 from streamload.errors import ConfigError
 
 __all__ = [
@@ -93,8 +102,7 @@ class SamplingConfig:
             self, "split_name", to_enum(MegatronSplit, self.split_name, "sampling.split_name")
         )
         for name in ("shuffle", "cross_shard", "add_extra_token", "drop_last_partial"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"sampling.{name} = {getattr(self, name)!r} must be true/false")
+            check_bool(getattr(self, name), f"sampling.{name}")
         if self.num_samples is not None:
             check_int(self.num_samples, "sampling.num_samples", 1)
         check_int(self.shuffle_block, "sampling.shuffle_block", 0)
@@ -127,19 +135,26 @@ class SamplingConfig:
                     "sequence boundaries; remove it"
                 )
         if not isinstance(self.split, str):
-            raise ConfigError(f"sampling.split = {self.split!r} must be a string like '969,30,1'")
-        from streamload.plan.megatron import parse_split  # numpy: not at `import streamload`
+            raise ConfigError(
+                f"sampling.split = {show(self.split)} must be a string like '969,30,1'"
+            )
+        import numpy as np  # not at `import streamload`
 
-        parse_split(self.split)
+        from streamload.plan.megatron import parse_split
+
+        with np.errstate(invalid="ignore"):  # a number beyond float range: refused below
+            shares = parse_split(self.split)
+        if not all(math.isfinite(share) for share in shares):
+            raise ConfigError(
+                f"sampling.split = {self.split!r} holds a number too large for a float"
+            )
         if not self.drop_last_partial and self.split_name is not MegatronSplit.VALID:
             raise ConfigError(
                 f"sampling.drop_last_partial = false applies only to split_name = 'valid' "
                 f"(Megatron always drops the partial last sample of {self.split_name.value!r})"
             )
-        if self.cache_dir is not None and (
-            not isinstance(self.cache_dir, str) or not self.cache_dir
-        ):
-            raise ConfigError(f"sampling.cache_dir = {self.cache_dir!r} must be a folder path")
+        if self.cache_dir is not None:
+            check_path(self.cache_dir, "sampling.cache_dir")
 
     def _check_concat(self) -> None:
         megatron_only = {
@@ -152,7 +167,7 @@ class SamplingConfig:
         for name, (value, default) in megatron_only.items():
             if value != default:
                 raise ConfigError(
-                    f"sampling.{name} = {getattr(value, 'value', value)!r} applies only to "
+                    f"sampling.{name} = {show(getattr(value, 'value', value))} applies only to "
                     f"mode = 'megatron', but mode = {self.mode.value!r}"
                 )
 
@@ -178,12 +193,11 @@ class PackingConfig:
     eod_mask_loss: bool | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.masks, bool):
-            raise ConfigError(f"packing.masks = {self.masks!r} must be true/false")
+        check_bool(self.masks, "packing.masks")
         for name in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss"):
             value = getattr(self, name)
-            if value is not None and not isinstance(value, bool):
-                raise ConfigError(f"packing.{name} = {value!r} must be true/false")
+            if value is not None:
+                check_bool(value, f"packing.{name}")
             if value is True and not self.masks:
                 raise ConfigError(
                     f"packing.{name} = true needs packing.masks = true (the mask outputs "
@@ -215,9 +229,7 @@ class MixtureConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unit", to_enum(MixtureUnit, self.unit, "mixture.unit"))
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < float("inf"):
-            raise ConfigError(f"mixture.temperature = {t!r} must be a positive number")
+        check_number(self.temperature, "mixture.temperature", 0, exclusive=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,9 +248,13 @@ class PhaseConfig:
         check_int(self.start_step, "schedule.start_step", 0)
         where = f"schedule at start_step {self.start_step}"
         if not isinstance(self.weights, dict) or not self.weights:
-            raise ConfigError(f"{where}: weights must be a table of source = weight")
+            raise ConfigError(
+                f"{where}: weights = {show(self.weights)} must be a table of source = weight"
+            )
         for name, w in self.weights.items():
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < float("inf"):
-                raise ConfigError(f"{where}: weight of {name!r} = {w!r} must be finite and >= 0")
+            if not isinstance(name, str):
+                raise ConfigError(f"{where}: weights key {show(name)} must be a source name")
+            check_number(w, f"{where}: weight of {name!r}", 0)
         if not any(w > 0 for w in self.weights.values()):
             raise ConfigError(f"{where}: all weights are 0; at least one must be positive")
+        check_weight_sum(list(self.weights.values()), f"{where}: weights")

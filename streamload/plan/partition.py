@@ -12,6 +12,7 @@ A *chunk* is a run of consecutive batches of one rank, the unit of work of one l
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,10 @@ class RankSpec:
     batch_size: int
 
     def __post_init__(self) -> None:
+        for name in ("rank", "world_size", "batch_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise ConfigError(f"{name} = {value!r} must be an integer")
         if self.world_size < 1 or not 0 <= self.rank < self.world_size:
             raise ConfigError(f"rank {self.rank} is not in [0, world_size = {self.world_size})")
         if self.batch_size < 1:
