@@ -12,7 +12,7 @@ from streamload.cli._progress import Progress
 from streamload.config import SourceConfig
 from streamload.formats.base import TokenShard
 from streamload.formats.registry import open_shard
-from streamload.tools.convert import ConvertStats, convert, default_destination, open_writer
+from streamload.tools.convert import ConvertStats, convert, open_output, parse_dtype
 
 __all__ = ["add_data_arguments", "catalog_from_args", "open_all", "write_catalog"]
 
@@ -24,10 +24,12 @@ def add_data_arguments(parser: Any) -> None:
     parser.add_argument("--dtype", default="auto", help="token dtype where the format lacks it")
 
 
-def catalog_from_args(args: argparse.Namespace, vocab_size: int | None = None) -> SourceCatalog:
+def catalog_from_args(
+    args: argparse.Namespace, vocab_size: int | None = None, eos_token_id: int | None = None
+) -> SourceCatalog:
     """Describe the shards named on the command line (listing and headers only)."""
     source = SourceConfig(name="cli", path=tuple(args.paths), format=args.format, dtype=args.dtype)
-    return describe_source(source, vocab_size)
+    return describe_source(source, vocab_size, eos_token_id=eos_token_id)
 
 
 def open_all(catalog: SourceCatalog) -> list[TokenShard]:
@@ -49,10 +51,14 @@ def write_catalog(
     Returns:
         What was written, the output path, and the token dtype (default: the sources').
     """
-    dtypes = {np.dtype(s.dtype).newbyteorder("=") for s in catalog.shards}
-    np_dtype = np.dtype(dtype) if dtype else np.result_type(*dtypes)
-    destination = default_destination(fmt, destination)
-    writer = open_writer(fmt, destination, np_dtype, tokenizer_name=tokenizer_name)
+    writer = open_output(
+        catalog,
+        fmt,
+        destination,
+        dtype=parse_dtype(dtype) if dtype else None,
+        tokenizer_name=tokenizer_name,
+    )
     with Progress(total=catalog.num_tokens, unit="tokens") as bar:
         stats = convert(catalog, writer, eos_token_id=eos, progress=bar.update_to)
-    return stats, destination, np_dtype
+    assert stats.dtype is not None  # a staged writer reports its dtype
+    return stats, stats.paths[0], stats.dtype

@@ -46,8 +46,12 @@ class NumpyShardWriter(StackWriter):
         prefix: File name prefix; shard ``i`` is ``{prefix}{i:05d}.npy``.
 
     Each shard is written under a temporary name and renamed when full (or at ``close()``),
-    so an interrupted run leaves only complete shards. No documents: no files. Use as a
-    context manager; an exception inside the block discards the shard being written.
+    so an interrupted run leaves only complete shards, but possibly a prefix of the data. To
+    publish the whole folder at once (what ``streamload convert --to numpy`` does), write it
+    inside :func:`streamload.util.files.staged_output` (or use
+    :func:`streamload.tools.convert.open_writer`), which renames the finished folder into
+    place. No documents: no files. Use as a context manager; an exception inside the block
+    discards the shard being written.
     """
 
     def __init__(

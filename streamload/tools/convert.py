@@ -1,75 +1,279 @@
 """Converting token data between formats, document by document, with bounded memory.
 
 Documents come from the source format's index, else from an EOS token, else one per shard
-(:mod:`streamload.tools.documents`); they are written by the target format's writer, which writes
-under temporary names and renames when complete.
+(:mod:`streamload.tools.documents`); they are written by the target format's writer inside a
+hidden staging folder, and the whole output is published at once when complete
+(:func:`streamload.util.files.staged_output`): the NumPy shard folder by one rename, sibling
+files with the token file a listing takes last. An interrupted or killed conversion leaves
+nothing that looks like data, and the next one removes what a dead run left.
+
+Destination rules (every target):
+
+* ``megatron``: a path prefix (``out/web_text_document``; a trailing ``.bin``/``.idx`` is
+  dropped), written as ``PREFIX.bin`` + ``PREFIX.idx``;
+* ``modalities``, ``dolma``, ``datatrove``: a file whose name ends in the format's suffix
+  (``.pbin``, ``.npy``, ``.ds``), which is how readers recognise the format; another name is
+  refused (:class:`ConfigError` naming the suffix), never silently renamed;
+* ``numpy``: a folder of ``shard_00000.npy``…; it must not exist or be empty;
+* an existing folder given for a single-file target receives the format's default name;
+* nothing is ever replaced: an existing output is refused;
+* a relative path is relative to the working folder; ``file://`` URLs are local paths; other
+  URLs are refused (write locally, then upload).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
-from streamload.errors import ConfigError
-from streamload.formats.base import DocumentWriter
+from streamload.errors import ConfigError, StreamloadError
+from streamload.formats.base import DocumentWriter, ShardInfo, local_path
+from streamload.formats.dolma import CSV_SUFFIX
 from streamload.formats.registry import open_shard
 from streamload.tools.documents import document_bounds, iter_documents
+from streamload.util.files import staged_output
 
-__all__ = ["TARGETS", "ConvertStats", "convert", "open_writer"]
+__all__ = [
+    "SUFFIXES",
+    "TARGETS",
+    "ConvertStats",
+    "StagedWriter",
+    "convert",
+    "default_destination",
+    "open_output",
+    "open_writer",
+    "output_paths",
+    "parse_dtype",
+]
 
 TARGETS = ("megatron", "modalities", "dolma", "numpy", "datatrove")
 """Formats ``streamload convert`` writes."""
 
+SUFFIXES = {"modalities": ".pbin", "dolma": ".npy", "datatrove": ".ds"}
+"""The suffix a single-file target's name must end in (readers recognise the format by it)."""
+
 NUMPY_SHARD_TOKENS = 1 << 28
 """Tokens per NPY shard when converting to a shard folder."""
+
+_DEFAULT_NAMES = {
+    "megatron": "data_text_document",
+    "modalities": "data.pbin",
+    "dolma": "part-0-00000.npy",
+    "datatrove": "data_00000_unshuffled.ds",
+}
+"""The name written inside a folder given as the destination of a single-file target."""
 
 
 @dataclass
 class ConvertStats:
-    """What a conversion wrote."""
+    """What a conversion wrote: documents, tokens, the published paths (token file first),
+    and the token dtype."""
 
     documents: int = 0
     tokens: int = 0
+    paths: list[str] = field(default_factory=list)
+    dtype: np.dtype | None = None
+
+
+def parse_dtype(text: str) -> np.dtype:
+    """The ``--dtype`` argument as an integer numpy dtype.
+
+    Raises:
+        ConfigError: not a numpy dtype, or not an integer one of at most 8 bytes.
+    """
+    try:
+        dtype = np.dtype(text)
+    except TypeError:
+        raise ConfigError(
+            f"--dtype {text!r} is not a numpy dtype; use an integer dtype such as uint16 or int32"
+        ) from None
+    if dtype.kind not in "ui" or dtype.itemsize > 8:
+        raise ConfigError(
+            f"--dtype {dtype.name} cannot hold token ids; use an integer dtype such as uint16 "
+            "or int32"
+        )
+    return dtype
+
+
+def default_destination(fmt: str, destination: str) -> str:
+    """Name a file inside ``destination`` when a folder (an existing one, or a path ending in
+    ``/``) is given for a single-file format."""
+    if fmt == "numpy" or fmt not in _DEFAULT_NAMES:
+        return destination
+    if os.path.isdir(destination) or destination.endswith(("/", os.sep)):
+        return os.path.join(destination, _DEFAULT_NAMES[fmt])
+    return destination
+
+
+def _local(destination: str) -> str:
+    """``destination`` as a local path (``file://`` stripped).
+
+    Raises:
+        ConfigError: a remote URL (outputs are written locally, then uploaded).
+    """
+    local = local_path(destination)
+    if local is None:
+        raise ConfigError(
+            f"{destination}: streamload writes its outputs to local paths only; write it "
+            "locally, then upload it"
+        )
+    return local
+
+
+def output_paths(fmt: str, destination: str) -> list[str]:
+    """The entries an output of ``fmt`` at ``destination`` consists of, in publishing order:
+    companions first, the file a listing takes for the shard last.
+
+    Raises:
+        ConfigError: an unknown format, or a file name without the format's suffix.
+    """
+    if fmt not in TARGETS:
+        raise ConfigError(f"--to {fmt!r} is not a format streamload writes ({', '.join(TARGETS)})")
+    suffix = SUFFIXES.get(fmt)
+    if suffix is not None and not destination.endswith(suffix):
+        stem = os.path.splitext(destination)[0] if os.path.basename(destination) else "out"
+        raise ConfigError(
+            f"{destination}: --to {fmt} writes a file whose name must end in {suffix} (readers "
+            f"recognise the format by it); name it e.g. {stem}{suffix}"
+        )
+    if fmt == "megatron":
+        prefix = destination.removesuffix(".bin").removesuffix(".idx")
+        return [prefix + ".idx", prefix + ".bin"]
+    if fmt == "dolma":
+        return [destination.removesuffix(".npy") + CSV_SUFFIX, destination]
+    if fmt == "datatrove":
+        return [destination + ".index", destination + ".metadata", destination]
+    return [destination]
+
+
+class StagedWriter:
+    """A format writer whose whole output is published at once, or not at all.
+
+    The wrapped writer writes inside a hidden staging folder (:func:`staged_output`);
+    :meth:`close` finishes it and moves the entries into place; an exception inside the
+    ``with`` block (or a killed process) leaves nothing at the destination.
+
+    Args:
+        paths: The output's entries in publishing order (:func:`output_paths`).
+        dtype: Token dtype; a token outside its range raises :class:`ConfigError`.
+        make: Opens the format's writer given the staging folder.
+
+    Attributes:
+        paths: The output's entries, as given.
+    """
+
+    def __init__(
+        self, paths: Sequence[str], dtype: np.dtype, make: Callable[[str], DocumentWriter]
+    ) -> None:
+        self.paths = [os.path.abspath(p) for p in paths]
+        self.dtype = dtype
+        self._closed = False
+        with contextlib.ExitStack() as stack:
+            staging = stack.enter_context(staged_output(*self.paths))
+            self._writer = make(staging)
+            self._stack = stack.pop_all()
+
+    def add_document(self, tokens: np.ndarray) -> None:
+        """Append one document.
+
+        Raises:
+            ConfigError: a token does not fit the dtype (the value and range named).
+        """
+        arr = np.asarray(tokens)
+        if arr.size and arr.dtype.kind in "ui" and not np.can_cast(arr.dtype, self.dtype):
+            info = np.iinfo(self.dtype)
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < info.min or hi > info.max:
+                raise ConfigError(
+                    f"token id {lo if lo < info.min else hi} does not fit --dtype "
+                    f"{self.dtype.name} ({info.min}..{info.max}); choose a wider --dtype"
+                )
+        self._writer.add_document(arr)
+
+    def close(self) -> None:
+        """Finish the output and publish it."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._writer.close()
+        except BaseException:
+            self._stack.__exit__(*sys.exc_info())
+            raise
+        self._stack.close()
+
+    def __enter__(self) -> StagedWriter:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.close()
+        elif not self._closed:
+            self._closed = True
+            try:
+                self._writer.__exit__(exc_type, exc, tb)
+            finally:
+                self._stack.__exit__(exc_type, exc, tb)
 
 
 def open_writer(
     fmt: str, destination: str, dtype: np.dtype, *, tokenizer_name: str | None = None
-) -> DocumentWriter:
-    """A writer of ``fmt`` at ``destination``.
+) -> StagedWriter:
+    """A writer of ``fmt`` at ``destination`` that publishes the whole output at once.
 
-    ``destination`` is a path prefix for ``megatron`` (``out/web_text_document``), a file for
-    ``modalities`` (``.pbin``), ``dolma`` (``.npy``) and ``datatrove`` (``.ds``), and a folder
-    for ``numpy``.
+    ``destination`` follows the module's rules (a prefix for ``megatron``, a file with the
+    format's suffix, a folder for ``numpy``); stale leftovers of killed writers beside it are
+    removed first.
 
     Raises:
-        ConfigError: an unknown format, or a dtype the format cannot store.
+        ConfigError: an unknown format, a name without the format's suffix, an existing
+            output, an unwritable place, or a dtype the format cannot store.
     """
     dtype = np.dtype(dtype)
+    paths = output_paths(fmt, _local(destination))
+    if fmt in ("datatrove", "modalities"):
+        _check_unsigned_width(fmt, dtype)
+    name = os.path.basename(os.path.abspath(paths[-1]))
+    return StagedWriter(
+        paths, dtype, lambda staging: _format_writer(fmt, staging, name, dtype, tokenizer_name)
+    )
+
+
+def _format_writer(
+    fmt: str, staging: str, name: str, dtype: np.dtype, tokenizer_name: str | None
+) -> DocumentWriter:
+    """The format's own writer, writing ``name`` inside ``staging``."""
+    path = os.path.join(staging, name)
     if fmt == "megatron":
         from streamload.formats.megatron import MegatronWriter
 
-        return MegatronWriter(destination.removesuffix(".bin").removesuffix(".idx"), dtype)
+        return MegatronWriter(path.removesuffix(".bin"), dtype)
     if fmt == "dolma":
         from streamload.formats.dolma import DolmaWriter
 
-        return DolmaWriter(destination, dtype)
+        return DolmaWriter(path, dtype)
     if fmt == "numpy":
         from streamload.formats.numpy_folder import NumpyShardWriter
 
-        return NumpyShardWriter(destination, dtype, NUMPY_SHARD_TOKENS)
-    if fmt in ("datatrove", "modalities"):
-        return _unsigned_writer(fmt, destination, dtype, tokenizer_name)
-    raise ConfigError(f"--to {fmt!r} is not a format streamload writes ({', '.join(TARGETS)})")
+        os.mkdir(path)  # published even without documents
+        return NumpyShardWriter(path, dtype, NUMPY_SHARD_TOKENS)
+    if fmt == "datatrove":
+        from streamload.formats.datatrove import DatatroveWriter
+
+        return DatatroveWriter(path, tokenizer_name, dtype.itemsize)
+    from streamload.formats.modalities import ModalitiesWriter
+
+    return ModalitiesWriter(path, dtype.itemsize)
 
 
-def _unsigned_writer(
-    fmt: str, destination: str, dtype: np.dtype, tokenizer_name: str | None
-) -> DocumentWriter:
+def _check_unsigned_width(fmt: str, dtype: np.dtype) -> None:
     """datatrove (2 or 4 bytes) and Modalities (1, 2 or 4 bytes) store unsigned tokens."""
     widths = (2, 4) if fmt == "datatrove" else (1, 2, 4)
     if dtype.itemsize not in widths:
@@ -77,13 +281,30 @@ def _unsigned_writer(
             f"{fmt} stores {' or '.join(map(str, widths))}-byte tokens; --dtype {dtype.name} "
             "does not fit: pass --dtype uint16 or uint32"
         )
-    if fmt == "datatrove":
-        from streamload.formats.datatrove import DatatroveWriter
 
-        return DatatroveWriter(destination, tokenizer_name, dtype.itemsize)
-    from streamload.formats.modalities import ModalitiesWriter
 
-    return ModalitiesWriter(destination, dtype.itemsize)
+def open_output(
+    catalog: SourceCatalog,
+    fmt: str,
+    destination: str,
+    *,
+    dtype: np.dtype | None = None,
+    tokenizer_name: str | None = None,
+) -> StagedWriter:
+    """:func:`open_writer` for converting ``catalog``: a folder given for a single-file
+    target gets the format's default name, and the dtype defaults to the sources' common one.
+
+    Raises:
+        ConfigError: a bad destination or dtype (before anything is written).
+        StreamloadError: the staging folder could not be written.
+    """
+    if dtype is None:
+        dtype = np.result_type(*{np.dtype(s.dtype).newbyteorder("=") for s in catalog.shards})
+    destination = default_destination(fmt, _local(destination))
+    try:
+        return open_writer(fmt, destination, np.dtype(dtype), tokenizer_name=tokenizer_name)
+    except OSError as exc:
+        raise _write_failed(exc, destination) from exc
 
 
 def convert(
@@ -100,28 +321,49 @@ def convert(
         writer: An open writer; closed (moved into place) on success, discarded on error.
         eos_token_id: Splits documents where the source format has no index.
         progress: Called with (documents, tokens) written, after each document.
+
+    Returns:
+        What was written; for a :class:`StagedWriter` also the published paths (token file
+        first) and the dtype.
+
+    Raises:
+        ConfigError: the writer refused a document (named by source file and number).
+        StreamloadError: reading or writing failed (a staged output publishes nothing).
     """
     stats = ConvertStats()
-    with writer:
-        for info in catalog.shards:
-            shard = open_shard(info)
-            for doc in iter_documents(shard, document_bounds(shard, eos_token_id)):
-                writer.add_document(np.asarray(doc))
-                stats.documents += 1
-                stats.tokens += int(doc.shape[0])
-                if progress is not None:
-                    progress(stats.documents, stats.tokens)
+    paths = getattr(writer, "paths", [])
+    try:
+        with writer:
+            for info in catalog.shards:
+                _copy_shard(info, writer, stats, eos_token_id, progress)
+    except OSError as exc:
+        raise _write_failed(exc, paths[-1] if paths else "the output") from exc
+    if isinstance(writer, StagedWriter):
+        stats.paths, stats.dtype = writer.paths[::-1], writer.dtype
     return stats
 
 
-def default_destination(fmt: str, destination: str) -> str:
-    """Name a file inside ``destination`` when a folder is given for a single-file format."""
-    if not os.path.isdir(destination) or fmt in ("numpy",):
-        return destination
-    names = {
-        "megatron": "data_text_document",
-        "modalities": "data.pbin",
-        "dolma": "part-0-00000.npy",
-        "datatrove": "data_00000_unshuffled.ds",
-    }
-    return os.path.join(destination, names[fmt])
+def _copy_shard(
+    info: ShardInfo,
+    writer: DocumentWriter,
+    stats: ConvertStats,
+    eos_token_id: int | None,
+    progress: Callable[[int, int], Any] | None,
+) -> None:
+    shard = open_shard(info)
+    for number, doc in enumerate(iter_documents(shard, document_bounds(shard, eos_token_id))):
+        try:
+            writer.add_document(np.asarray(doc))
+        except ConfigError as exc:
+            raise ConfigError(f"{info.path}: document {number}: {exc}") from exc
+        stats.documents += 1
+        stats.tokens += int(doc.shape[0])
+        if progress is not None:
+            progress(stats.documents, stats.tokens)
+
+
+def _write_failed(exc: OSError, destination: str) -> StreamloadError:
+    where = f"{exc.filename}: " if exc.filename else ""
+    return StreamloadError(
+        f"converting to {destination} failed, nothing was published: {where}{exc.strerror or exc}"
+    )
