@@ -18,6 +18,7 @@ from streamload.errors import ConfigError
 from streamload.tokenize.config import (
     OutputFormat,
     TokenizeConfig,
+    check_jsonl_options,
     flatten_options,
     load_tokenize_config,
 )
@@ -112,9 +113,7 @@ def _prepare_jsonl(data: dict[str, Any], dryrun: bool = False) -> int:
     from streamload.formats.jsonl import prepare_jsonl
     from streamload.tokenize.inputs import expand_documents
 
-    for key in ("documents", "tokenizer"):
-        if not data.get(key):
-            raise ConfigError(f"--format jsonl needs --{key}")
+    check_jsonl_options(data)
     docs = data["documents"]
     for path in expand_documents((docs,) if isinstance(docs, str) else tuple(docs)):
         if not path.endswith(".jsonl") or "://" in path:

@@ -4,6 +4,14 @@ Names follow ``dolma tokens`` 1.2.1 (``documents``, ``destination``, ``tokenizer
 ``tokenizer.bos_token_id``, ``max_size``, ``ring_size``, ``work_dir.input``…); a config file
 may use dolma's nested tables (``tokenizer = {name_or_path = …}``, ``work_dir = {input = …}``)
 or the flat field names of :class:`TokenizeConfig`.
+
+Every value is checked here, once, with the project's validation helpers
+(:mod:`streamload.config.checks`): bad input is a :class:`ConfigError` naming the field,
+never a ``TypeError`` later. The output folders (``destination``, ``work_dir_output``) are
+normalized here too: a relative path, ``./x``, ``../x`` or a ``file://`` URL becomes the
+absolute local path it names, so everything after this point joins file names onto one
+spelling of the folder; another protocol (``s3://``) is refused, as outputs are moved into
+place with local renames.
 """
 
 from __future__ import annotations
@@ -16,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamload.config.checks import check_int, check_keys, to_enum
+import fsspec
+
+from streamload.config.checks import check_bool, check_int, check_keys, check_path, to_enum
 from streamload.config.data import read_config_file
 from streamload.errors import ConfigError
 
@@ -24,8 +34,10 @@ __all__ = [
     "DEFAULT_MAX_SIZE",
     "OutputFormat",
     "TokenizeConfig",
+    "check_jsonl_options",
     "flatten_options",
     "load_tokenize_config",
+    "local_folder",
 ]
 
 DEFAULT_MAX_SIZE = 1024**3
@@ -117,19 +129,38 @@ class TokenizeConfig:
         docs = (self.documents,) if isinstance(self.documents, str) else self.documents
         if not isinstance(docs, (list, tuple)) or not docs:
             raise ConfigError(f"documents = {self.documents!r} must name at least one path")
-        if not all(isinstance(d, str) and d for d in docs):
-            raise ConfigError(f"documents = {self.documents!r} must be non-empty strings")
+        for doc in docs:
+            check_path(doc, "documents")
         object.__setattr__(self, "documents", tuple(docs))
         if self.id_field == "":
             object.__setattr__(self, "id_field", None)
         if self.id_field is not None and not isinstance(self.id_field, str):
             raise ConfigError(f"id_field = {self.id_field!r} must be a string or empty")
-        for name in ("destination", "tokenizer", "text_field"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise ConfigError(f"{name} = {value!r} must be a non-empty string")
+        for name in ("tokenizer", "text_field"):
+            check_path(getattr(self, name), name)
+        object.__setattr__(self, "destination", local_folder(self.destination, "destination"))
+        if self.work_dir_output is not None:
+            folder = local_folder(self.work_dir_output, "work_dir_output")
+            object.__setattr__(self, "work_dir_output", folder)
+        if self.work_dir_input is not None:
+            check_path(self.work_dir_input, "work_dir_input")
+        for name in ("segment_before_tokenization", "skip_bad_lines"):
+            check_bool(getattr(self, name), name)
         object.__setattr__(self, "format", to_enum(OutputFormat, self.format, "format"))
-        self._check_token_ids()
+        self._check_numbers()
+        if not isinstance(self.dtype, str) or not self.dtype:
+            raise ConfigError(f"dtype = {self.dtype!r} must be 'auto' or a numpy integer dtype")
+
+    def _check_numbers(self) -> None:
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            value = getattr(self, name)
+            if value is not None:
+                check_int(value, name, 0)
+        if self.bos_token_id is None and self.eos_token_id is None:
+            raise ConfigError(
+                "bos_token_id and eos_token_id are both unset; give at least one "
+                "(--eos-token-id / --tokenizer.eos_token_id), as dolma requires"
+            )
         for name, minimum in (("max_size", 2), ("processes", 1), ("ring_size", 1)):
             check_int(getattr(self, name), name, minimum)
         for name, minimum in (("batch_size", 1), ("seed", 0), ("shard_index", 0)):
@@ -141,28 +172,16 @@ class TokenizeConfig:
             raise ConfigError(
                 f"shard_index = {self.shard_index} must be < num_shards = {self.num_shards}"
             )
-        if not isinstance(self.dtype, str) or not self.dtype:
-            raise ConfigError(f"dtype = {self.dtype!r} must be 'auto' or a numpy integer dtype")
-
-    def _check_token_ids(self) -> None:
-        for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
-            value = getattr(self, name)
-            if value is not None:
-                check_int(value, name, 0)
-        if self.bos_token_id is None and self.eos_token_id is None:
-            raise ConfigError(
-                "bos_token_id and eos_token_id are both unset; give at least one "
-                "(--eos-token-id / --tokenizer.eos_token_id), as dolma requires"
-            )
 
     def output_key(self) -> dict[str, Any]:
         """The fields that decide the output bytes (what a restart must repeat).
 
         Scratch folders and the machine's shard do not change any output file, nor does
         ``processes`` once ``files_per_process`` fixes the groups (without it, dolma makes
-        one group per process); everything else must match the interrupted run.
+        one group per process), nor the destination (the folder holding the record: it may
+        be reached by another path or moved); everything else must match the interrupted run.
         """
-        skip = {"work_dir_input", "work_dir_output", "shard_index"}
+        skip = {"destination", "work_dir_input", "work_dir_output", "shard_index"}
         if self.files_per_process is not None:
             skip.add("processes")
         return {k: v for k, v in self.to_dict().items() if k not in skip}
@@ -179,8 +198,11 @@ class TokenizeConfig:
         """Build from flat names or dolma's nested ``tokenizer``/``work_dir`` tables.
 
         Raises:
-            ConfigError: an unknown key, a missing required key, or an invalid value.
+            ConfigError: not a table, an unknown key, a missing required key, or an invalid
+                value.
         """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"tokenize config must be a table of options, got {data!r}")
         flat = flatten_options(data)
         check_keys(flat, cls, "tokenize config")
         for key in ("documents", "destination", "tokenizer"):
@@ -193,16 +215,18 @@ def flatten_options(data: Mapping[str, Any]) -> dict[str, Any]:
     """Flat field names from dolma's nested tables and kebab-case keys (``dryrun`` dropped).
 
     Raises:
-        ConfigError: an unknown key inside a nested table.
+        ConfigError: a key that is not a string, or an unknown key inside a nested table.
     """
     flat: dict[str, Any] = {}
     for key, value in data.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"tokenize config: key {key!r} must be a string")
         key = key.replace("-", "_")
         if key in _NESTED and isinstance(value, Mapping):
             for sub, sub_value in value.items():
-                if sub not in _NESTED[key]:
+                if not isinstance(sub, str) or sub not in _NESTED[key]:
                     allowed = ", ".join(sorted(_NESTED[key]))
-                    raise ConfigError(f"{key}.{sub}: unknown key; allowed: {allowed}")
+                    raise ConfigError(f"{key}.{sub!s}: unknown key; allowed: {allowed}")
                 flat[_NESTED[key][sub]] = sub_value
         elif key != "dryrun":  # a CLI action, not part of the run
             flat[key] = value
@@ -213,10 +237,56 @@ def load_tokenize_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The raw mapping of a JSON, YAML or TOML config file (``-c config.json``).
 
     Raises:
-        ConfigError: missing or unparsable.
+        ConfigError: missing, unreadable, not UTF-8, unparsable or not a table.
     """
     file = Path(path)
-    data = read_config_file(file)
+    try:
+        data = read_config_file(file)
+    except (OSError, UnicodeDecodeError) as exc:  # raised before the parser's own checks
+        raise ConfigError(f"{file}: cannot read the config file: {exc}") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{file}: the config must be a table of options, got {data!r}")
     return data
+
+
+def local_folder(value: Any, field_name: str) -> str:
+    """The absolute local path an output folder option names.
+
+    Args:
+        value: A path (relative, ``./``, ``../``, absolute) or a ``file://`` URL.
+        field_name: The option, for messages.
+
+    Raises:
+        ConfigError: not a path, or a URL of another protocol.
+    """
+    check_path(value, field_name)
+    protocol, path = fsspec.core.split_protocol(value)
+    if protocol not in (None, "file", "local"):
+        raise ConfigError(
+            f"{field_name} = {value!r}: tokenize writes into a local folder (outputs are "
+            "renamed into place); give a local path or a file:// URL, and copy the folder to "
+            f"{protocol}:// afterwards"
+        )
+    return os.path.abspath(path)
+
+
+def check_jsonl_options(data: Mapping[str, Any]) -> None:
+    """Check the options ``--format jsonl`` uses (documents, tokenizer, BOS/EOS, text field).
+
+    Raises:
+        ConfigError: a missing or invalid one.
+    """
+    docs = data.get("documents")
+    docs = [docs] if isinstance(docs, str) else docs
+    if not isinstance(docs, (list, tuple)) or not docs:
+        raise ConfigError(f"--format jsonl needs --documents, got {data.get('documents')!r}")
+    for doc in docs:
+        check_path(doc, "documents")
+    if data.get("tokenizer") is None:
+        raise ConfigError("--format jsonl needs --tokenizer")
+    check_path(data["tokenizer"], "tokenizer")
+    for name in ("bos_token_id", "eos_token_id"):
+        if data.get(name) is not None:
+            check_int(data[name], name, 0)
+    if data.get("text_field") is not None:
+        check_path(data["text_field"], "text_field")

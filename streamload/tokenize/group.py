@@ -99,4 +99,4 @@ def run_group(
     for reader in readers:
         counts.add(reader.counts)
     stats = {"documents": documents, "tokens": tokens, "parts": writer.parts, **asdict(counts)}
-    return record.finish(job.index, staging, stats)
+    return record.finish(job.index, staging, writer.files, stats)

@@ -6,6 +6,11 @@ document is written whole into the current file if ``written + len < max_size``;
 the file is closed and the next one started, so every file holds fewer than ``max_size``
 tokens and no document is ever split (dolma's rule). A document of ``max_size`` tokens or
 more is an error naming it.
+
+Each part is written into the group's staging folder under its final name; when its writer
+closes, every file the format makes (:data:`PART_SUFFIXES`) must be there, else the run
+fails naming the missing one (a writer that put its output elsewhere is never skipped over).
+:attr:`PartWriter.files` lists them for publishing.
 """
 
 from __future__ import annotations
@@ -20,7 +25,16 @@ from streamload.formats.base import DocumentWriter
 from streamload.tokenize.config import OutputFormat
 from streamload.tokenize.inputs import InputDocument
 
-__all__ = ["PartWriter", "choose_dtype", "part_stem"]
+__all__ = ["PART_SUFFIXES", "PartWriter", "choose_dtype", "part_stem"]
+
+PART_SUFFIXES = {
+    OutputFormat.DOLMA: (".npy", ".csv.gz"),
+    OutputFormat.MEGATRON: (".bin", ".idx"),
+    OutputFormat.MODALITIES: (".pbin",),
+    OutputFormat.NUMPY: (".npy",),
+    OutputFormat.DATATROVE: (".ds", ".ds.index", ".ds.metadata"),
+}
+"""The files one part of each format is made of (``part-G-MMMMM`` + suffix)."""
 
 _UNSIGNED_WIDTHS = {OutputFormat.MODALITIES: (1, 2, 4), OutputFormat.DATATROVE: (2, 4)}
 """Formats that store unsigned tokens of fixed widths only."""
@@ -121,11 +135,16 @@ class PartWriter:
         self.max_size = max_size
         self.tokenizer_name = tokenizer_name
         self.parts = 0
+        self.files: list[str] = []
+        """Names of the complete files written so far, in ``folder``."""
         self._writer: DocumentWriter | None = None
         self._written = 0
 
+    def _part(self, number: int) -> str:
+        return f"{self.stem}-{number:05d}"
+
     def _open(self) -> DocumentWriter:
-        name = os.path.join(self.folder, f"{self.stem}-{self.parts:05d}")
+        name = os.path.join(self.folder, self._part(self.parts))
         self.parts += 1
         self._written = 0
         fmt, dtype = self.fmt, self.dtype
@@ -147,18 +166,35 @@ class PartWriter:
             return DatatroveWriter(name + ".ds", self.tokenizer_name, dtype.itemsize)
         from streamload.formats.numpy_folder import NumpyShardWriter
 
-        # one shard per part (the part rolls before the shard limit): renamed at close
-        return NumpyShardWriter(self.folder, dtype, self.max_size, prefix=f"{name}.")
+        # one shard per part (the part rolls before the shard limit): renamed at close. The
+        # prefix is a file name: the folder is the writer's own argument, given once.
+        prefix = f"{self._part(self.parts - 1)}."
+        return NumpyShardWriter(self.folder, dtype, self.max_size, prefix=prefix)
 
     def _finish(self) -> None:
         writer, self._writer = self._writer, None
         if writer is None:
             return
         writer.close()
+        part = self._part(self.parts - 1)
         if self.fmt is OutputFormat.NUMPY:
-            name = os.path.join(self.folder, f"{self.stem}-{self.parts - 1:05d}")
-            if os.path.exists(f"{name}.00000.npy"):
-                os.replace(f"{name}.00000.npy", f"{name}.npy")
+            shard = self._require(f"{part}.00000.npy")
+            os.replace(shard, os.path.join(self.folder, f"{part}.npy"))
+        names = [part + suffix for suffix in PART_SUFFIXES[self.fmt]]
+        for name in names:
+            self._require(name)
+        self.files.extend(names)
+
+    def _require(self, name: str) -> str:
+        """The path of ``name`` in the folder; fails unless the writer that just closed
+        left it there."""
+        path = os.path.join(self.folder, name)
+        if not os.path.isfile(path):
+            raise FormatError(
+                f"{path}: the {self.fmt.value} writer closed but this file is missing (it was "
+                "written elsewhere or removed); the group is not published"
+            )
+        return path
 
     def add(self, tokens: np.ndarray, doc: InputDocument) -> None:
         """Write one document, starting the next file when it does not fit this one."""

@@ -4,8 +4,14 @@
 the inputs, loads the tokenizer, picks and checks the dtype, forms the groups and claims the
 destination (:mod:`streamload.tokenize.markers`). :func:`run_plan` then writes the groups of
 this shard (``g % num_shards == shard_index``) that are not done yet, inline with one
-process (``encode_batch`` already uses every core) or in a ``spawn`` pool, where each worker
-gets ``cores // processes`` tokenizer threads so the processes do not oversubscribe.
+process (``encode_batch`` already uses every core) or in a ``spawn`` process pool, where each
+worker gets ``cores // processes`` tokenizer threads so the processes do not oversubscribe.
+
+Both hold the destination's lock for this shard (:mod:`streamload.tokenize.lock`) while they
+change it, so a second run is refused instead of deleting the first one's staging. Workers
+exit when the run's process dies (:mod:`streamload.tokenize._lifeline`), and a worker that
+dies fails the run at once (:class:`~streamload.errors.WorkerDiedError`) instead of leaving
+it waiting for a group that will never finish.
 """
 
 from __future__ import annotations
@@ -13,15 +19,21 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamload.errors import WorkerDiedError
 from streamload.formats.encoder import DocumentEncoder
+from streamload.tokenize._lifeline import exit_with_parent
 from streamload.tokenize.config import TokenizeConfig
 from streamload.tokenize.group import GroupJob, run_group
 from streamload.tokenize.inputs import expand_documents
+from streamload.tokenize.lock import DestinationLock
 from streamload.tokenize.markers import RunRecord
 from streamload.tokenize.outputs import choose_dtype
 from streamload.tokenize.shuffle import group_files
@@ -93,7 +105,7 @@ def plan_run(config: TokenizeConfig, *, claim: bool = True) -> RunPlan:
 
     Raises:
         ConfigError: no input, bad tokenizer, a dtype too small, or a destination that holds
-            another run.
+            another run's outputs or is being written by another run (``claim`` only).
     """
     files = tuple(expand_documents(config.documents))
     encoder = DocumentEncoder(config.tokenizer, config.bos_token_id, config.eos_token_id)
@@ -107,19 +119,23 @@ def plan_run(config: TokenizeConfig, *, claim: bool = True) -> RunPlan:
     record = RunRecord(config.destination, config.work_dir_output)
     mine = [g for g in range(len(groups)) if g % config.num_shards == config.shard_index]
     if claim:
-        os.makedirs(config.destination, exist_ok=True)
-        record.claim(
-            {
-                "config": config.output_key(),
-                "files": list(files),
-                "tokenizer_sha256": sha,
-                "dtype": dtype.name,
-                "groups": len(groups),
-            }
-        )
-    done = {g: m for g in mine if (m := record.done(g, repair=claim)) is not None}
+        run = {"config": config.output_key(), "files": list(files), "tokenizer_sha256": sha,
+               "dtype": dtype.name, "groups": len(groups)}  # fmt: skip
+        with _lock(config):
+            record.claim(run)
+            record.make_staging_root()
+            record.remove_stale_temps()
+            done = {g: m for g in mine if (m := record.done(g)) is not None}
+    else:
+        done = {g: m for g in mine if (m := record.done(g, repair=False)) is not None}
     todo = tuple(g for g in mine if g not in done)
     return RunPlan(config, files, groups, dtype.name, encoder.vocab_size, sha, todo, done)
+
+
+def _lock(config: TokenizeConfig) -> DestinationLock:
+    """The lock of this run's shard of the destination (not yet taken)."""
+    record = RunRecord(config.destination, config.work_dir_output)
+    return DestinationLock(record.root, config.destination, config.shard_index)
 
 
 def _job(plan: RunPlan, g: int) -> GroupJob:
@@ -129,8 +145,9 @@ def _job(plan: RunPlan, g: int) -> GroupJob:
 _QUEUE: Any = None
 
 
-def _init_worker(progress_queue: Any, threads: int) -> None:
+def _init_worker(progress_queue: Any, threads: int, parent_pid: int) -> None:
     global _QUEUE
+    exit_with_parent(parent_pid)  # a killed run leaves no orphan finishing its group
     _QUEUE = progress_queue
     # read by the tokenizers' Rust thread pool when it starts (first encode in this process)
     os.environ["RAYON_NUM_THREADS"] = str(threads)
@@ -144,51 +161,108 @@ def _worker(job: GroupJob, sha: str) -> dict[str, Any]:
 
 
 def run_plan(plan: RunPlan, progress: ProgressFn | None = None) -> RunSummary:
-    """Write this shard's remaining groups; returns the summary.
+    """Write this shard's remaining groups, holding the destination's lock; returns the
+    summary (groups another run finished since :func:`plan_run` count as done).
 
     Raises:
+        ConfigError: another run holds this shard of the destination.
         FormatError: a bad line, an unreadable input or an oversized document (the failing
             group leaves no complete-looking output; finished groups stay done).
+        WorkerDiedError: a worker process died (killed, out of memory); its group is not done.
     """
-    summary = RunSummary(groups_skipped=len(plan.done))
     start = time.monotonic()
-    processes = min(plan.config.processes, len(plan.todo))
-    if processes <= 1:
-        for g in plan.todo:
-            summary.add(run_group(_job(plan, g), plan.tokenizer_sha256, progress))
-    else:
-        _run_pool(plan, processes, progress, summary)
+    with _lock(plan.config):
+        record = RunRecord(plan.config.destination, plan.config.work_dir_output)
+        todo = [g for g in plan.todo if record.done(g) is None]
+        summary = RunSummary(groups_skipped=len(plan.done) + len(plan.todo) - len(todo))
+        processes = min(plan.config.processes, len(todo))
+        if processes <= 1:
+            for g in todo:
+                summary.add(run_group(_job(plan, g), plan.tokenizer_sha256, progress))
+        else:
+            _run_pool(plan, todo, processes, progress, summary)
     summary.seconds = time.monotonic() - start
     return summary
 
 
 def _run_pool(
-    plan: RunPlan, processes: int, progress: ProgressFn | None, summary: RunSummary
+    plan: RunPlan,
+    todo: list[int],
+    processes: int,
+    progress: ProgressFn | None,
+    summary: RunSummary,
 ) -> None:
     ctx = multiprocessing.get_context("spawn")
     progress_queue = ctx.Queue()
     threads = max(1, (os.cpu_count() or 1) // processes)
-    with ctx.Pool(processes, _init_worker, (progress_queue, threads)) as pool:
-        pending = [
-            pool.apply_async(_worker, (_job(plan, g), plan.tokenizer_sha256)) for g in plan.todo
-        ]
+    pool = ProcessPoolExecutor(
+        processes, ctx, initializer=_init_worker, initargs=(progress_queue, threads, os.getpid())
+    )
+    try:
+        futures = {pool.submit(_worker, _job(plan, g), plan.tokenizer_sha256): g for g in todo}
+        workers = dict(getattr(pool, "_processes", None) or {})  # for the error message
+        pending: set[Future[dict[str, Any]]] = set(futures)
         while pending:
-            try:
-                documents, tokens = progress_queue.get(timeout=0.2)
-                if progress is not None:
-                    progress(documents, tokens)
-            except queue.Empty:
-                pass
-            for result in [r for r in pending if r.ready()]:
-                pending.remove(result)
-                summary.add(result.get())  # re-raises a worker's error
-        while True:  # the last few progress messages
-            try:
-                documents, tokens = progress_queue.get_nowait()
-            except queue.Empty:
-                break
-            if progress is not None:
-                progress(documents, tokens)
+            finished, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            _drain(progress_queue, progress)
+            for future in finished:
+                try:
+                    summary.add(future.result())  # re-raises a worker's error
+                except BrokenProcessPool as exc:
+                    raise WorkerDiedError(_died(workers, futures[future])) from exc
+        _drain(progress_queue, progress)
+    except BaseException:
+        _terminate(pool)
+        raise
+    pool.shutdown()
+
+
+def _drain(progress_queue: Any, progress: ProgressFn | None) -> None:
+    """Pass on the progress messages that arrived."""
+    while True:
+        try:
+            documents, tokens = progress_queue.get_nowait()
+        except queue.Empty:
+            return
+        if progress is not None:
+            progress(documents, tokens)
+
+
+def _died(workers: dict[int, Any], group: int) -> str:
+    """What a ``BrokenProcessPool`` means, with the dead worker's pid and signal if known
+    (the executor then stops the other workers with SIGTERM: those are named only when no
+    other cause is seen)."""
+    dead = [p for p in workers.values() if p.exitcode not in (None, 0)]
+    causes = [p for p in dead if p.exitcode != -signal.SIGTERM] or dead
+    how = ", ".join(map(_exit_of, causes))
+    return (
+        f"a tokenize worker process died ({how or 'pid unknown'}) while group {group} or "
+        "another was being written; unfinished groups are not marked done: run the same "
+        "command again to redo them"
+    )
+
+
+def _exit_of(process: Any) -> str:
+    code = process.exitcode
+    if code < 0 and -code in signal.valid_signals():
+        return f"pid {process.pid} killed by {signal.Signals(-code).name}"
+    return f"pid {process.pid} exit status {code}"
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now (an error or Ctrl-C): ``shutdown`` alone would let each finish
+    its group, which can take hours. ``terminate_workers`` is Python 3.14's; before it, the
+    executor's own process table."""
+    stop = getattr(pool, "terminate_workers", None)
+    if stop is not None:  # pragma: no cover - Python 3.14: it shuts the executor down too
+        stop()
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(5)
 
 
 def tokenize(config: TokenizeConfig, progress: ProgressFn | None = None) -> RunSummary:
