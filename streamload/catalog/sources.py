@@ -96,11 +96,18 @@ def storage_handle(fs: Any, source: SourceConfig, storage: StorageConfig) -> Sto
 
 def describe_sources(config: DataConfig) -> tuple[SourceCatalog, ...]:
     """Every source of a config, described with its ``vocab_size`` and ``[storage]``."""
-    return tuple(describe_source(s, config.vocab_size, config.storage) for s in config.sources)
+    return tuple(
+        describe_source(s, config.vocab_size, config.storage, eos_token_id=config.eos_token_id)
+        for s in config.sources
+    )
 
 
 def describe_source(
-    source: SourceConfig, vocab_size: int | None = None, storage: StorageConfig | None = None
+    source: SourceConfig,
+    vocab_size: int | None = None,
+    storage: StorageConfig | None = None,
+    *,
+    eos_token_id: int | None = None,
 ) -> SourceCatalog:
     """List a source and read each shard's header.
 
@@ -108,6 +115,7 @@ def describe_source(
         source: The source.
         vocab_size: Configured vocabulary size (some formats pick a width by it).
         storage: Fetching options for remote sources (default ``StorageConfig()``).
+        eos_token_id: The EOS id (tatm zero-tail trimming keeps a trailing EOS 0).
 
     Raises:
         ConfigError: the path lists no files (or every shard was skipped).
@@ -126,6 +134,7 @@ def describe_source(
             dtype=source.dtype,
             meta_dtype=retrying(storage, f"{folder}/", folder_dtype, fs, folder, meta),
             vocab_size=vocab_size,
+            eos_token_id=eos_token_id,
             tokenizer=_tokenizer_spec(source),
         )
         listed = ListedFile(source_url(fs, f.path, source), f.relpath, f.size, f.version)

@@ -1,8 +1,11 @@
 """``streamload inspect``: format, dtype, documents and tokens per shard, from headers and indexes.
 
 JSON keys (public contract): ``format``, ``dtype``, ``num_documents``, ``num_tokens``,
-``shards`` (``path``, ``num_documents``, ``num_tokens``). ``num_documents`` is ``null`` for
-formats without a document index (inspect never scans token data).
+``shards`` (``path``, ``num_documents``, ``num_tokens``). ``format`` is the format's one name
+(as ``format =`` in a config takes it). For formats without a document index (``numpy``,
+``raw``), ``num_documents`` counts the documents ending in ``--eos`` (default: the
+``eos_token_id`` of ``--config``), streaming the tokens in bounded memory; without an EOS it
+is ``null`` and the table says why.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from streamload.cli._common import add_data_arguments, catalog_from_args, open_all
+from streamload.errors import ConfigError
 from streamload.formats.registry import get_format
+from streamload.tools.documents import count_documents
 
 __all__ = ["add_parser", "length_histogram", "run"]
 
@@ -23,9 +28,37 @@ def add_parser(sub: Any) -> None:
     """Register the subcommand."""
     p = sub.add_parser("inspect", help="describe token files from their headers and indexes")
     add_data_arguments(p)
+    p.add_argument(
+        "--eos",
+        type=int,
+        metavar="ID",
+        help="EOS id: count the documents of formats without a document index (numpy, raw)",
+    )
+    p.add_argument(
+        "--config", metavar="FILE", help="data config whose eos_token_id counts documents"
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="plot document lengths (needs matplotlib)")
+    p.add_argument(
+        "--plot", metavar="FILE.png", help="plot indexed document lengths (needs matplotlib)"
+    )
     p.set_defaults(run=run)
+
+
+def eos_of(args: argparse.Namespace) -> int | None:
+    """``--eos``, else the ``eos_token_id`` of ``--config``, else ``None``.
+
+    Raises:
+        ConfigError: a negative ``--eos``, or a config that does not load.
+    """
+    if args.eos is not None:
+        if args.eos < 0:
+            raise ConfigError(f"--eos {args.eos} must be a token id >= 0")
+        return int(args.eos)
+    if args.config:
+        from streamload.config import load_config
+
+        return load_config(args.config).eos_token_id
+    return None
 
 
 def length_histogram(lengths: np.ndarray) -> list[tuple[int, int, int]]:
@@ -45,13 +78,19 @@ def length_histogram(lengths: np.ndarray) -> list[tuple[int, int, int]]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description; returns the exit code."""
-    catalog = catalog_from_args(args)
-    shards, lengths = [], []
+    eos = eos_of(args)
+    catalog = catalog_from_args(args, eos_token_id=eos)
+    shards, lengths, unindexed, counted = [], [], set(), False
     for info, shard in zip(catalog.shards, open_all(catalog), strict=True):
         bounds = shard.document_bounds() if get_format(info.format).has_documents else None
-        docs = None if bounds is None else len(bounds) - 1
+        docs: int | None = None
         if bounds is not None:
+            docs = len(bounds) - 1
             lengths.append(np.diff(np.asarray(bounds)))
+        elif eos is not None:
+            docs, counted = count_documents(shard, eos), True
+        else:
+            unindexed.add(info.format)
         shards.append({"path": info.path, "num_documents": docs, "num_tokens": info.num_tokens})
     formats = sorted({s.format for s in catalog.shards})
     dtypes = sorted({np.dtype(s.dtype).name for s in catalog.shards})
@@ -68,9 +107,22 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         _print_table(report, all_lengths)
+        _print_document_note(sorted(unindexed), eos if counted else None)
     if args.plot:
         _plot(all_lengths, args.plot)
     return 0
+
+
+def _print_document_note(unindexed: list[str], eos: int | None) -> None:
+    """Say why formats without an index have no count, or which EOS counted them."""
+    if unindexed:
+        verb = "records" if len(unindexed) == 1 else "record"
+        print(
+            f"({', '.join(unindexed)} {verb} no document boundaries; pass --eos ID to count "
+            "documents ending in an EOS token, or --config FILE to use its eos_token_id)"
+        )
+    elif eos is not None:
+        print(f"(documents without an index counted at EOS {eos})")
 
 
 def _print_table(report: dict[str, Any], lengths: np.ndarray) -> None:

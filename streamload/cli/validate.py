@@ -38,7 +38,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Validate; returns 0 when sound, 1 with problems."""
     try:
-        catalog = catalog_from_args(args, args.vocab_size)
+        catalog = catalog_from_args(args, args.vocab_size, args.eos)
     except FormatError as exc:
         print(f"problem: {exc}")
         return 1

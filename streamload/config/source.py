@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamload.config.checks import check_int, to_enum
+from streamload.config.checks import check_int, check_number, check_path, show, to_enum
 from streamload.errors import ConfigError
 
 __all__ = ["TOKEN_DTYPES", "OnError", "ShardFormat", "SourceConfig", "SourcePolicy"]
@@ -20,8 +20,11 @@ class ShardFormat(str, enum.Enum):
 
     AUTO = "auto"
     """Decide per file from magic bytes and companions."""
-    NPY = "npy"
-    """A real NumPy ``.npy`` file (``\\x93NUMPY`` magic); dtype from its header."""
+    NUMPY = "numpy"
+    """Real NumPy ``.npy`` files (``\\x93NUMPY`` magic), e.g. KempnerForge shards; dtype from the
+    header. ``"npy"``, its former name, is accepted and means the same (``ShardFormat.NPY`` is
+    this member)."""
+    NPY = "numpy"
     RAW = "raw"
     """Headerless flat tokens (tatm/KempnerForge ``.bin``, Dolma-style ``.npy``); needs a dtype."""
     MEGATRON = "megatron"
@@ -35,6 +38,11 @@ class ShardFormat(str, enum.Enum):
     JSONL = "jsonl"
     """Raw ``.jsonl`` tokenized on the fly, prepared with ``streamload tokenize --format jsonl``
     (a ``.idx`` and a ``.tok.json`` record beside it; docs/tokenize.md)."""
+
+    @classmethod
+    def _missing_(cls, value: object) -> ShardFormat | None:
+        # former names still accepted (streamload.formats.base.FORMAT_ALIASES)
+        return cls.NUMPY if value == "npy" else None
 
 
 class SourcePolicy(str, enum.Enum):
@@ -94,44 +102,45 @@ class SourceConfig:
     text_field: str = "text"
 
     def __post_init__(self) -> None:
-        where = f"source {self.name!r}"
+        where = f"source {show(self.name)}"
         object.__setattr__(self, "policy", to_enum(SourcePolicy, self.policy, f"{where}: policy"))
         object.__setattr__(self, "on_error", to_enum(OnError, self.on_error, f"{where}: on_error"))
         if self.max_epochs is not None:
             check_int(self.max_epochs, f"{where}: max_epochs", 1)
         if not isinstance(self.name, str) or not self.name:
-            raise ConfigError(f"source name {self.name!r} must be a non-empty string")
+            raise ConfigError(f"source name {show(self.name)} must be a non-empty string")
         if not isinstance(self.path, (str, list, tuple)):
-            raise ConfigError(f"{where}: path {self.path!r} must be a non-empty string or list")
+            raise ConfigError(f"{where}: path {show(self.path)} must be a non-empty string or list")
         paths = (self.path,) if isinstance(self.path, str) else tuple(self.path)
         if not paths or not all(isinstance(p, str) and p for p in paths):
-            raise ConfigError(f"{where}: path {self.path!r} must be a non-empty string or list")
+            raise ConfigError(f"{where}: path {show(self.path)} must be a non-empty string or list")
+        for entry in paths:
+            check_path(entry, f"{where}: path")
         if isinstance(self.path, list):
             object.__setattr__(self, "path", paths)
         if not isinstance(self.storage_options, dict) or not all(
             isinstance(k, str) for k in self.storage_options
         ):
             raise ConfigError(
-                f"{where}: storage_options = {self.storage_options!r} must be a table of options"
+                f"{where}: storage_options = {show(self.storage_options)} must be a table of "
+                "options"
             )
         object.__setattr__(self, "format", to_enum(ShardFormat, self.format, f"{where}: format"))
         self._check_tokenizing(where)
         if self.dtype != "auto" and self.dtype not in TOKEN_DTYPES:
             raise ConfigError(
-                f"{where}: dtype = {self.dtype!r} is not 'auto' or one of {', '.join(TOKEN_DTYPES)}"
+                f"{where}: dtype = {show(self.dtype)} is not 'auto' or one of "
+                f"{', '.join(TOKEN_DTYPES)}"
             )
         if self.weight is not None:
-            if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)):
-                raise ConfigError(f"{where}: weight = {self.weight!r} must be a number")
-            if not self.weight >= 0 or self.weight == float("inf"):
-                raise ConfigError(f"{where}: weight = {self.weight} must be finite and >= 0")
+            check_number(self.weight, f"{where}: weight", 0)
 
     def _check_tokenizing(self, where: str) -> None:
         for name in ("bos_token_id", "eos_token_id"):
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), f"{where}: {name}", 0)
         if not isinstance(self.text_field, str) or not self.text_field:
-            raise ConfigError(f"{where}: text_field = {self.text_field!r} must be a field name")
+            raise ConfigError(f"{where}: text_field = {show(self.text_field)} must be a field name")
         given = [n for n in ("bos_token_id", "eos_token_id") if getattr(self, n) is not None]
         if self.text_field != "text":
             given.append("text_field")
@@ -142,8 +151,7 @@ class SourceConfig:
                     '(format = "jsonl", tokenizer = "tokenizer.json")'
                 )
             return
-        if not isinstance(self.tokenizer, str) or not self.tokenizer:
-            raise ConfigError(f"{where}: tokenizer = {self.tokenizer!r} must be a file path")
+        check_path(self.tokenizer, f"{where}: tokenizer")
         if self.format is not ShardFormat.JSONL:
             raise ConfigError(
                 f"{where}: tokenizer is set but format = {self.format.value!r}; "

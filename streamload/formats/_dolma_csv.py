@@ -1,11 +1,17 @@
-"""Vectorized reading of Dolma ``.csv.gz`` document metadata (FORMATS §4.3).
+"""Streaming, vectorized reading of Dolma ``.csv.gz`` document metadata (FORMATS §4.3).
 
 Rows are ``start,end,id,src,loc`` written by Python's ``csv`` module (CRLF, no header, fields
 quoted only when needed); legacy OLMo files hold only ``start,end`` with ``\\n``. Only the first
-two fields are parsed, with numpy over the whole decompressed buffer, so a million rows take
+two fields are parsed, with numpy over each decompressed piece, so a million rows take
 milliseconds instead of a Python loop. A record ends at a newline outside quotes: ``csv``
 escapes a quote by doubling it, so the count of ``"`` before a newline is even exactly when the
 newline ends a record (an id holding a newline stays one row).
+
+The file is inflated in pieces of ``chunk_bytes`` (:func:`read_rows`), never whole, and what
+it may inflate to is bounded by its token file (:class:`RowLimits`): documents tile the token
+file, so there is at most one row per token plus a few empty documents, each row at most
+``MAX_ROW_BYTES`` and ``ROW_BYTES`` on average. A file beyond a bound (a gzip bomb, or a
+CSV of another file) is refused as soon as the bound is passed, with bounded memory.
 
 Example: ``b"0,4,d2,a.gz,2\\r\\n4,11,d4,a.gz,4\\r\\n"`` gives rows ``[0, 15)`` and ``[15, 31)``,
 starts ``[0, 4]`` and ends ``[4, 11]``.
@@ -16,17 +22,59 @@ from __future__ import annotations
 import csv
 import gzip
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 
 from streamload.errors import FormatError
 
-__all__ = ["DolmaRows", "gunzip", "parse_rows", "row_fields"]
+__all__ = [
+    "CHUNK_BYTES",
+    "EMPTY_ROWS",
+    "MAX_ROW_BYTES",
+    "ROW_BYTES",
+    "DolmaRows",
+    "RowLimits",
+    "parse_rows",
+    "read_rows",
+    "row_fields",
+]
 
 _NL, _CR, _COMMA, _QUOTE = 10, 13, 44, 34
 _MAX_DIGITS = 18
 """Longest start/end field accepted (fits int64 without overflow)."""
+CHUNK_BYTES = 1 << 20
+"""Decompressed bytes parsed per step."""
+MAX_ROW_BYTES = 1 << 16
+"""Longest row accepted (real rows are ~100-300 bytes: two offsets, an id, a source path)."""
+ROW_BYTES = 1 << 10
+"""Average bytes per row accepted over a whole file."""
+EMPTY_ROWS = 4096
+"""Rows accepted beyond one per token (empty documents: dolma writes none, a conversion of a
+corpus with empty documents a few)."""
+
+
+@dataclass(frozen=True)
+class RowLimits:
+    """What a metadata file may hold beside a token file (module docstring).
+
+    Attributes:
+        num_tokens: Tokens of the token file.
+        max_rows: ``num_tokens + EMPTY_ROWS``.
+        max_bytes: ``ROW_BYTES * max_rows``: the most it may inflate to.
+    """
+
+    num_tokens: int
+    max_rows: int
+    max_bytes: int
+
+    @classmethod
+    def for_tokens(cls, num_tokens: int) -> RowLimits:
+        """The limits for a token file of ``num_tokens`` tokens."""
+        rows = num_tokens + EMPTY_ROWS
+        return cls(num_tokens, rows, ROW_BYTES * rows)
 
 
 @dataclass(frozen=True)
@@ -38,20 +86,14 @@ class DolmaRows:
         ends: One past the last token of each document (int64).
         row_begin: Byte offset of each row in the decompressed text.
         row_end: Byte offset where each row's text ends (before its line ending).
+        text: The decompressed text, when it was asked for (``read_rows(keep_text=True)``).
     """
 
     starts: np.ndarray
     ends: np.ndarray
     row_begin: np.ndarray
     row_end: np.ndarray
-
-
-def gunzip(data: bytes, path: str) -> bytes:
-    """The decompressed content of a gzip file, or a ``FormatError`` naming it."""
-    try:
-        return gzip.decompress(data)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise FormatError(f"{path}: not a readable gzip file ({exc}); it is truncated") from exc
+    text: bytes | None = None
 
 
 def _record_ends(buf: np.ndarray) -> np.ndarray:
@@ -64,7 +106,7 @@ def _record_ends(buf: np.ndarray) -> np.ndarray:
 
 
 def _parse_ints(
-    buf: np.ndarray, begin: np.ndarray, stop: np.ndarray, what: str, path: str
+    buf: np.ndarray, begin: np.ndarray, stop: np.ndarray, what: str, where: tuple[str, int]
 ) -> np.ndarray:
     """Non-negative decimal integers in ``buf[begin[i]:stop[i]]``, by Horner over columns."""
     lengths = stop - begin
@@ -82,19 +124,26 @@ def _parse_ints(
     if bad.size:
         i = int(bad[0])
         text = bytes(buf[begin[i] : max(begin[i], stop[i])]).decode("utf-8", "replace")
+        path, first_row = where
         raise FormatError(
-            f"{path}: row {i + 1}: {what} field is {text!r}; expected a non-negative integer "
+            f"{path}: row {first_row + i}: {what} field is {text!r}; expected a non-negative "
+            "integer in ASCII digits "
             "(rows are start,end,id,src,loc)"
         )
     return values
 
 
-def parse_rows(text: bytes, path: str) -> DolmaRows:
-    """Parse the ``start`` and ``end`` columns of a decompressed metadata file.
+def parse_rows(text: bytes, path: str, first_row: int = 1) -> DolmaRows:
+    """Parse the ``start`` and ``end`` columns of decompressed metadata rows.
+
+    Args:
+        text: Whole rows (a final row may lack its newline).
+        path: For messages.
+        first_row: Number of the first row in the file (messages count rows from 1).
 
     Raises:
         FormatError: a blank row, a row with fewer than two fields, or a non-integer field,
-            naming the row (1-based).
+            naming the row.
     """
     if text and not text.endswith(b"\n"):
         text += b"\n"
@@ -108,20 +157,127 @@ def parse_rows(text: bytes, path: str) -> DolmaRows:
     missing = np.flatnonzero((k >= commas.size) | (first >= stops))
     if missing.size:
         i = int(missing[0])
-        row = bytes(buf[begins[i] : stops[i]]).decode("utf-8", "replace")
+        row = bytes(buf[begins[i] : stops[i]][:80]).decode("utf-8", "replace")
         raise FormatError(
-            f"{path}: row {i + 1} is {row!r}; expected at least start,end (rows are "
+            f"{path}: row {first_row + i} is {row!r}; expected at least start,end (rows are "
             "start,end,id,src,loc)"
         )
     nxt = commas[np.minimum(k + 1, commas.size - 1)]
     second = np.where((k + 1 < commas.size) & (nxt < stops), nxt, stops)
-    starts = _parse_ints(buf, begins, first, "start", path)
-    doc_ends = _parse_ints(buf, first + 1, second, "end", path)
+    starts = _parse_ints(buf, begins, first, "start", (path, first_row))
+    doc_ends = _parse_ints(buf, first + 1, second, "end", (path, first_row))
     return DolmaRows(starts, doc_ends, begins, stops)
 
 
-def row_fields(text: bytes, begin: int, end: int) -> dict[str, object]:
-    """``id``, ``src`` and ``loc`` of one row (``None`` where a legacy row lacks them)."""
-    (fields,) = csv.reader([text[begin:end].decode("utf-8", errors="replace")])
+class _RowReader:
+    """Accumulates parsed rows piece by piece, enforcing :class:`RowLimits`."""
+
+    def __init__(self, path: str, limits: RowLimits, keep_text: bool) -> None:
+        self.path, self.limits, self.keep_text = path, limits, keep_text
+        self.parts: list[DolmaRows] = []
+        self.texts: list[bytes] = []
+        self.rows = 0
+        self.offset = 0  # decompressed bytes parsed so far
+
+    def add(self, text: bytes) -> None:
+        """Parse whole rows and check the limits."""
+        rows = parse_rows(text, self.path, self.rows + 1)
+        self.rows += rows.starts.size
+        if self.rows > self.limits.max_rows:
+            raise FormatError(
+                f"{self.path}: holds more than {self.limits.max_rows} rows but its token file "
+                f"holds {self.limits.num_tokens} tokens (one row per document, at most "
+                f"{EMPTY_ROWS} of them empty); it belongs to another file or is corrupt"
+            )
+        shift = self.offset
+        self.parts.append(DolmaRows(rows.starts, rows.ends, rows.row_begin + shift,
+                                    rows.row_end + shift))  # fmt: skip
+        self.offset += len(text)
+        if self.keep_text:
+            self.texts.append(text)
+
+    def result(self) -> DolmaRows:
+        """All rows, concatenated."""
+        if not self.parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return DolmaRows(empty, empty, empty, empty, b"" if self.keep_text else None)
+        starts, ends, begins, stops = (
+            np.concatenate([getattr(p, f) for p in self.parts])
+            for f in ("starts", "ends", "row_begin", "row_end")
+        )
+        text = b"".join(self.texts) if self.keep_text else None
+        return DolmaRows(starts, ends, begins, stops, text)
+
+
+def _inflate(fh: BinaryIO, path: str, limits: RowLimits, chunk_bytes: int) -> Iterator[bytes]:
+    """The decompressed content in pieces of at most ``chunk_bytes`` (gzip members, CRCs and
+    zero padding handled by :mod:`gzip`), refused once past ``limits.max_bytes``."""
+    total = 0
+    with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
+        while True:
+            try:
+                piece = gz.read(chunk_bytes)
+            except (OSError, EOFError, zlib.error) as exc:
+                raise FormatError(
+                    f"{path}: not a readable gzip file ({exc}); it is truncated or corrupt"
+                ) from exc
+            if not piece:
+                return
+            total += len(piece)
+            if total > limits.max_bytes:
+                raise FormatError(
+                    f"{path}: inflates to more than {limits.max_bytes} bytes, more than the "
+                    f"rows of a token file of {limits.num_tokens} tokens take ({ROW_BYTES} "
+                    "bytes per row); it is corrupt or a gzip bomb"
+                )
+            yield piece
+
+
+def read_rows(
+    fh: BinaryIO,
+    path: str,
+    limits: RowLimits,
+    *,
+    keep_text: bool = False,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> DolmaRows:
+    """Stream-parse the rows of a ``.csv.gz`` opened as ``fh`` (memory: one piece, one row
+    and the parsed columns; the text too with ``keep_text``).
+
+    Raises:
+        FormatError: not gzip, truncated, a malformed row (naming it), or beyond ``limits``.
+    """
+    reader = _RowReader(path, limits, keep_text)
+    pending = b""  # the bytes after the last whole row: a row begins there
+    for piece in _inflate(fh, path, limits, chunk_bytes):
+        buf = pending + piece
+        ends = _record_ends(np.frombuffer(buf, dtype=np.uint8))
+        cut = int(ends[-1]) + 1 if ends.size else 0
+        if cut:
+            reader.add(buf[:cut])
+        pending = buf[cut:]
+        if len(pending) > MAX_ROW_BYTES:
+            raise FormatError(
+                f"{path}: row {reader.rows + 1} is longer than {MAX_ROW_BYTES} bytes (real rows "
+                "hold two offsets, an id and a source path); the file is corrupt"
+            )
+    if pending:
+        reader.add(pending)
+    return reader.result()
+
+
+def row_fields(text: bytes, begin: int, end: int, path: str = "") -> dict[str, object]:
+    """``id``, ``src`` and ``loc`` of one row (``None`` where a legacy row lacks them); ``loc``
+    is an int when it is ASCII digits.
+
+    Raises:
+        FormatError: the row is not CSV the ``csv`` module reads.
+    """
+    try:
+        (fields,) = csv.reader([text[begin:end].decode("utf-8", errors="replace")])
+    except (csv.Error, ValueError) as exc:
+        raise FormatError(f"{path}: row at byte {begin} is not valid CSV ({exc})") from None
     doc_id, src, loc = [*fields[2:5], None, None, None][:3]
-    return {"id": doc_id, "src": src, "loc": int(loc) if loc and loc.isdigit() else loc}
+    if loc is not None and loc.isascii() and loc.isdigit() and len(loc) <= _MAX_DIGITS:
+        return {"id": doc_id, "src": src, "loc": int(loc)}
+    return {"id": doc_id, "src": src, "loc": loc}

@@ -28,6 +28,7 @@ import numpy as np
 from streamload.errors import FormatError
 
 __all__ = [
+    "FORMAT_ALIASES",
     "SNIFF_BYTES",
     "DocumentWriter",
     "ListedFile",
@@ -48,6 +49,10 @@ __all__ = [
 
 SNIFF_BYTES = 16
 """Bytes of each file read to recognise its format."""
+
+FORMAT_ALIASES: dict[str, str] = {"npy": "numpy"}
+"""Former format names a user may have written (configs, ``--format``) and a catalog cache
+may hold, and the one name each now has (docs/formats.md)."""
 
 
 @dataclass(frozen=True)
@@ -88,12 +93,16 @@ class ReadOptions:
         vocab_size: Configured vocabulary size (formats may use it to pick a width).
         tokenizer: For JSONL sources: the configured tokenizing (``None``: a prepared file's
             own record decides).
+        eos_token_id: The config's ``eos_token_id`` (top level): a tatm file's trailing
+            zero that is this EOS ending the last document is a token, not padding
+            (:mod:`streamload.formats.raw`).
     """
 
     dtype: str = "auto"
     meta_dtype: str | None = None
     vocab_size: int | None = None
     tokenizer: TokenizerSpec | None = None
+    eos_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +141,11 @@ class ShardInfo:
     version: str = field(default="", compare=False)
     storage: Any = field(default=None, compare=False, hash=False, repr=False)
     companions: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # one name per format, also for descriptions cached under a former name
+        if self.format in FORMAT_ALIASES:
+            object.__setattr__(self, "format", FORMAT_ALIASES[self.format])
 
     @property
     def is_remote(self) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from streamload.errors import FormatError
+from streamload.formats._fields import ascii_int, decode_text
 from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document
 from streamload.formats.base import (
@@ -31,6 +32,7 @@ from streamload.formats.base import (
     ShardInfo,
     companion_file,
     local_path,
+    open_head,
 )
 from streamload.util.files import atomic_output
 
@@ -38,6 +40,10 @@ __all__ = ["FORMAT", "DatatroveFormat", "DatatroveShard", "DatatroveWriter", "hu
 
 WIDTH_DTYPES: dict[int, np.dtype] = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
 """Token widths datatrove writes (bytes) and their dtypes."""
+EMPTY_DOCUMENTS = 4096
+"""Documents an index may hold beyond one per token (empty documents)."""
+MAX_METADATA_BYTES = 1 << 16
+"""Largest ``.ds.metadata`` read (real ones are a tokenizer name and two counts)."""
 
 
 def humanize_metric(value: int, unit: str = "T", precision: int = 3) -> str:
@@ -62,28 +68,54 @@ def humanize_metric(value: int, unit: str = "T", precision: int = 3) -> str:
 
 
 def _parse_metadata(text: bytes, path: str) -> tuple[str, int | None, int]:
-    """``(tokenizer, width or None, token count)`` from a ``.ds.metadata`` file."""
-    lines = text.decode("utf-8", errors="replace").split("\n")
-    if len(lines) < 2 or not lines[1].strip().isdigit():
+    """``(tokenizer, width or None, token count)`` from a ``.ds.metadata`` file.
+
+    Numbers are ASCII digits only (:func:`~streamload.formats._fields.ascii_int`; ``int()``
+    would take ``"١٥"`` as 15). A first line without ``|digits`` is datatrove < 0.3's (no
+    width); the third line (a humanized count) is not read.
+    """
+    lines = decode_text(text, path).split("\n")
+    if len(lines) < 2:
         raise FormatError(
             f"{path}: expected 'tokenizer|width', a token count and a humanized count on "
             f"three lines, got {text[:80]!r}"
         )
+    count = ascii_int(lines[1], path, "line 2 (token count)")
     name, sep, width_text = lines[0].rpartition("|")
-    if not sep or not width_text.isdigit():
-        return lines[0], None, int(lines[1])  # datatrove < 0.3 wrote no width
-    width = int(width_text)
+    if not sep or not any(c.isdigit() or c.isnumeric() for c in width_text):
+        return lines[0], None, count  # datatrove < 0.3 wrote no width
+    width = ascii_int(width_text, path, "line 1 (width)")
     if width not in WIDTH_DTYPES:
         raise FormatError(f"{path}: token width {width} is not 2 or 4 bytes")
-    return name, width, int(lines[1])
+    return name, width, count
 
 
-def _read_index(fs: Any, path: str) -> np.ndarray:
+def _read_metadata(fs: Any, path: str) -> bytes:
+    """The bytes of ``path.metadata``, refused unread beyond ``MAX_METADATA_BYTES``."""
+    with open_head(fs, path + ".metadata") as fh:
+        data = bytes(fh.read(MAX_METADATA_BYTES + 1))
+    if len(data) > MAX_METADATA_BYTES:
+        raise FormatError(
+            f"{path}.metadata: larger than {MAX_METADATA_BYTES} bytes; datatrove writes three "
+            "short lines (is it another file?)"
+        )
+    return data
+
+
+def _read_index(fs: Any, path: str, ds_size: int) -> np.ndarray:
+    """The u64 document ends, refused unread when more than the ``.ds`` of ``ds_size`` bytes
+    can hold (one per token of 2 bytes, plus ``EMPTY_DOCUMENTS``)."""
     local = local_path(path)
     size = os.path.getsize(local) if local is not None else int(fs.size(path))
     if size % 8:
         raise FormatError(
             f"{path}: {size} bytes is not a multiple of 8 (u64 document ends); it is truncated"
+        )
+    most = ds_size // 2 + EMPTY_DOCUMENTS
+    if size > 8 * most:
+        raise FormatError(
+            f"{path}: {size} bytes hold {size // 8} document ends but its .ds of {ds_size} "
+            f"bytes holds at most {most} documents; the index belongs to another file"
         )
     if size == 0:
         return np.zeros(0, dtype="<u8")
@@ -164,13 +196,11 @@ class DatatroveFormat:
                 f"{path}: its document index {index_path} is missing (datatrove writes it "
                 "unless save_index=False); use format = 'raw' with a dtype to read it flat"
             )
-        last = _check_index(_read_index(fs, index_path), index_path)
+        last = _check_index(_read_index(fs, index_path, file.size), index_path)
         meta: dict[str, Any] = {"index_size": int(fs.size(index_path))}
         width = None
         if fs.isfile(path + ".metadata"):
-            name, width, count = _parse_metadata(
-                fs.cat_file(path + ".metadata"), path + ".metadata"
-            )
+            name, width, count = _parse_metadata(_read_metadata(fs, path), path + ".metadata")
             if count != last:
                 raise FormatError(
                     f"{path}.metadata says {count} tokens but the index ends at token {last}; "

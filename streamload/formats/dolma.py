@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._dolma_csv import DolmaRows, gunzip, parse_rows, row_fields
+from streamload.formats._dolma_csv import DolmaRows, RowLimits, read_rows, row_fields
 from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document, token_dtype
 from streamload.formats.base import (
@@ -68,6 +68,12 @@ def dolma_dtype(path: str, options: ReadOptions) -> np.dtype:
             "numpy.min_scalar_type(vocab_size - 1))"
         )
     return np.min_scalar_type(max(options.vocab_size - 1, 0)).newbyteorder("<")
+
+
+def _limits(size: int, dtype: np.dtype) -> RowLimits:
+    """What the metadata of a token file of ``size`` bytes may hold (an inexact size is
+    refused later by :func:`check_rows`)."""
+    return RowLimits.for_tokens(size // dtype.itemsize)
 
 
 def _width_hint(last_end: int, size: int, dtype: np.dtype) -> str:
@@ -120,7 +126,6 @@ class DolmaShard(MemmapShard):
             raise FormatError(f"{info.path}: shard description has no .csv.gz; describe it again")
         self._csv_path = info.index_path
         self._csv_local: str | None = None
-        self._text: bytes | None = None
         self._rows: DolmaRows | None = None
 
     def _csv(self) -> str:
@@ -131,13 +136,18 @@ class DolmaShard(MemmapShard):
             self._csv_local = companion_file(self.info, self._csv_path, size)
         return self._csv_local
 
+    def _read_rows(self, keep_text: bool) -> DolmaRows:
+        csv_local = self._csv()
+        with open(csv_local, "rb") as fh:
+            rows = read_rows(fh, csv_local, _limits(self.info.size, np.dtype(self.info.dtype)),
+                             keep_text=keep_text)  # fmt: skip
+        check_rows(rows, self.info.size, np.dtype(self.info.dtype), csv_local)
+        return rows
+
     def document_bounds(self) -> np.ndarray:
         """Token offsets of the documents (int64), parsed from the CSV on first use."""
         if self._bounds is None:
-            csv_local = self._csv()
-            with open(csv_local, "rb") as fh:
-                rows = parse_rows(gunzip(fh.read(), csv_local), csv_local)
-            check_rows(rows, self.info.size, np.dtype(self.info.dtype), csv_local)
+            rows = self._read_rows(keep_text=False)
             self._bounds = np.concatenate([[0], rows.ends]).astype(np.int64)
         return self._bounds
 
@@ -153,13 +163,11 @@ class DolmaShard(MemmapShard):
         """
         if not 0 <= i < self.num_documents:
             raise IndexError(f"document {i} out of range [0, {self.num_documents})")
-        if self._text is None or self._rows is None:
-            csv_local = self._csv()
-            with open(csv_local, "rb") as fh:
-                self._text = gunzip(fh.read(), csv_local)
-            self._rows = parse_rows(self._text, csv_local)
+        if self._rows is None:
+            self._rows = self._read_rows(keep_text=True)
         rows = self._rows
-        return row_fields(self._text, int(rows.row_begin[i]), int(rows.row_end[i]))
+        text = rows.text or b""
+        return row_fields(text, int(rows.row_begin[i]), int(rows.row_end[i]), self._csv_path)
 
 
 class DolmaFormat:
@@ -179,7 +187,7 @@ class DolmaFormat:
             if fh.read(len(NPY_MAGIC)) == NPY_MAGIC:
                 raise FormatError(
                     f"{path}: format = 'dolma' but the file is a real NPY (\\x93NUMPY magic); "
-                    "use format = 'npy'"
+                    "use format = 'numpy'"
                 )
         dtype = dolma_dtype(path, options)
         if not fs.isfile(csv_path):
@@ -187,10 +195,11 @@ class DolmaFormat:
                 f"{path}: its document metadata {csv_path} is missing; a dolma shard is a "
                 "headerless .npy plus a .csv.gz (use format = 'raw' with a dtype without one)"
             )
-        packed = fs.cat_file(csv_path)
-        rows = parse_rows(gunzip(packed, csv_path), csv_path)
+        with fs.open(csv_path, "rb") as fh:
+            rows = read_rows(fh, csv_path, _limits(file.size, dtype))
+            packed_size = int(fh.tell())  # the gzip reader reads to the end of the file
         count = check_rows(rows, file.size, dtype, csv_path)
-        meta = {"num_documents": int(rows.starts.size), "index_size": len(packed)}
+        meta = {"num_documents": int(rows.starts.size), "index_size": packed_size}
         return ShardInfo(
             path, file.relpath, file.size, self.name, dtype.str, 0, count, csv_path, meta
         )

@@ -34,7 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from streamload.errors import FormatError
+from streamload.errors import ConfigError, FormatError
+from streamload.formats._jsonl_record import (
+    TokenizationRecord,
+    check_against_tokenizer,
+    parse_record,
+    tokenizer_error,
+)
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec, local_path
 from streamload.formats.jsonl_index import (
     JsonlDocuments,
@@ -120,33 +126,62 @@ def prepare_jsonl(
     return out
 
 
-def _read_record(path: str, file: ListedFile) -> dict[str, Any]:
+def _read_record(path: str, file: ListedFile) -> TokenizationRecord:
+    """The checked record of ``path`` (:mod:`._jsonl_record`), still matching the file.
+
+    Raises:
+        FormatError: missing, malformed, or written for other bytes of the file.
+    """
     rec_path = str(record_path(path))
     try:
-        with open(rec_path, encoding="utf-8") as fh:
-            record: dict[str, Any] = json.load(fh)
+        with open(rec_path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         raise FormatError(
             f"{path}: its tokenization record {rec_path} is missing ({exc}); prepare the file "
             "with: streamload tokenize --format jsonl --documents FILE --tokenizer TOK.json "
             "--eos-token-id ID"
         ) from exc
-    if record.get("jsonl_size") != file.size:
+    record = parse_record(data, rec_path)
+    if record.jsonl_size != file.size:
         raise FormatError(
-            f"{path}: is {file.size} bytes but was {record.get('jsonl_size')} bytes when "
+            f"{path}: is {file.size} bytes but was {record.jsonl_size} bytes when "
             f"{rec_path} was written; the file changed: prepare it again"
         )
-    if record.get("jsonl_mtime_ns") != os.stat(path).st_mtime_ns:
+    if record.jsonl_mtime_ns != os.stat(path).st_mtime_ns:
         # touched or copied since: accept it only with the same bytes (an edit that keeps
         # the size would otherwise shift tokens under the same fingerprint)
         from streamload.util.files import file_sha256
 
-        if record.get("jsonl_sha256") != file_sha256(path):
+        if record.jsonl_sha256 != file_sha256(path):
             raise FormatError(
                 f"{path}: its content (sha256) differs from when {rec_path} was written; "
                 "the file changed: prepare it again"
             )
     return record
+
+
+def _record_encoder(record: TokenizationRecord) -> Any:
+    """The encoder of the record's tokenizer, after checking the tokenizer is unchanged and
+    agrees with the record (vocabulary size, BOS/EOS).
+
+    Raises:
+        FormatError: the tokenizer is missing, unreadable, changed, or disagrees.
+    """
+    from streamload.util.files import file_sha256
+
+    try:
+        sha = file_sha256(record.tokenizer)
+        if sha != record.tokenizer_sha256:
+            raise FormatError(
+                f"{record.path}: tokenizer {record.tokenizer} changed since the file was "
+                "prepared; prepare it again"
+            )
+        encoder = _encoder(record.tokenizer, record.bos_token_id, record.eos_token_id, sha)
+    except (OSError, ConfigError) as exc:
+        raise tokenizer_error(record, exc) from exc
+    check_against_tokenizer(record, encoder.vocab_size)
+    return encoder
 
 
 def _prepare_if_stale(path: str, file: ListedFile, spec: TokenizerSpec) -> None:
@@ -158,7 +193,7 @@ def _prepare_if_stale(path: str, file: ListedFile, spec: TokenizerSpec) -> None:
     from streamload.util.files import file_sha256
 
     try:
-        record = _read_record(path, file)
+        record: TokenizationRecord | None = _read_record(path, file)
     except FormatError:
         record = None
     wanted = {
@@ -167,7 +202,7 @@ def _prepare_if_stale(path: str, file: ListedFile, spec: TokenizerSpec) -> None:
         "eos_token_id": spec.eos_token_id,
         "text_field": spec.text_field,
     }
-    if record is not None and all(record.get(k) == v for k, v in wanted.items()):
+    if record is not None and all(getattr(record, k) == v for k, v in wanted.items()):
         return
     prepare_jsonl(
         path,
@@ -194,30 +229,27 @@ class JsonlFormat:
         if options.tokenizer is not None:
             _prepare_if_stale(path, file, options.tokenizer)
         record = _read_record(path, file)
-        index = str(Path(path).parent / record["index"])
-        lengths = np.asarray(record["lengths"], dtype=np.int64)
+        index, lengths = record.index_path, record.lengths
         entries = len(read_raw_index(index))
         if entries != lengths.size:
             raise FormatError(
-                f"{index}: holds {entries} lines but {record_path(path)} measured "
+                f"{index}: holds {entries} lines but {record.path} measured "
                 f"{lengths.size}; prepare the file again"
             )
-        from streamload.util.files import file_sha256
-
-        if file_sha256(record["tokenizer"]) != record["tokenizer_sha256"]:
-            raise FormatError(
-                f"{path}: tokenizer {record['tokenizer']} changed since the file was prepared; "
-                "prepare it again"
-            )
-        vocab = int(record["vocab_size"])
+        vocab = _record_encoder(record).vocab_size
         auto = np.min_scalar_type(max(vocab - 1, 0))
         dtype = np.dtype(auto if options.dtype == "auto" else options.dtype).newbyteorder("<")
         if np.iinfo(dtype).max < vocab - 1:
-            raise FormatError(f"{path}: dtype {dtype.name} cannot hold {vocab} token ids")
-        keys = ("tokenizer", "tokenizer_sha256", "text_field", "jsonl_sha256")
-        meta = {k: record[k] for k in keys}
-        meta.update(bos=record["bos_token_id"], eos=record["eos_token_id"])
-        meta.update(num_documents=int(lengths.size), record=str(record_path(path)))
+            raise FormatError(
+                f"{path}: dtype {dtype.name} cannot hold {vocab} token ids (its tokenizer's "
+                "vocabulary); remove dtype or widen it"
+            )
+        meta = {
+            "tokenizer": record.tokenizer, "tokenizer_sha256": record.tokenizer_sha256,
+            "text_field": record.text_field, "jsonl_sha256": record.jsonl_sha256,
+            "bos": record.bos_token_id, "eos": record.eos_token_id, "vocab_size": vocab,
+            "num_documents": int(lengths.size), "record": record.path,
+        }  # fmt: skip
         return ShardInfo(
             file.path, file.relpath, file.size, self.name, dtype.str, 0,
             int(lengths.sum()), index, meta,
@@ -234,8 +266,7 @@ class JsonlShard:
         self.info = info
         path = local_path(info.path) or info.path
         record = _read_record(path, ListedFile(info.path, info.relpath, info.size))
-        lengths = np.asarray(record["lengths"], dtype=np.int64)
-        self._bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self._bounds = np.concatenate([[0], np.cumsum(record.lengths)]).astype(np.int64)
         if int(self._bounds[-1]) != info.num_tokens:
             raise FormatError(f"{path}: record changed since start-up; restart the loader")
         self._docs = JsonlDocuments(
@@ -246,6 +277,8 @@ class JsonlShard:
             meta["tokenizer"], meta["bos"], meta["eos"], meta["tokenizer_sha256"]
         )
         self._dtype = np.dtype(info.dtype)
+        # ids must be below the vocabulary and fit the dtype (a cast would wrap silently)
+        self._max_id = min(int(meta.get("vocab_size", 1 << 62)) - 1, int(np.iinfo(self._dtype).max))
         self._cache: OrderedDict[int, np.ndarray] = OrderedDict()
 
     def _documents(self, first: int, last: int) -> list[np.ndarray]:
@@ -259,6 +292,12 @@ class JsonlShard:
                     raise FormatError(
                         f"{self.info.path}: document {i} encodes to {ids.size} tokens but was "
                         f"measured at {expected}; the file or tokenizer changed: prepare again"
+                    )
+                if ids.size and (int(ids.max()) > self._max_id or int(ids.min()) < 0):
+                    raise FormatError(
+                        f"{self.info.path}: document {i} holds token id {int(ids.max())}, "
+                        f"outside [0, {self._max_id}] (the vocabulary and dtype "
+                        f"{self._dtype.name}); prepare the file again"
                     )
                 self._cache[i] = ids.astype(self._dtype)
         out = []

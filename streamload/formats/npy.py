@@ -1,4 +1,5 @@
-"""Real NumPy ``.npy`` shards (``numpy.save`` output, KempnerForge shards).
+"""Real NumPy ``.npy`` shards (``numpy.save`` output, KempnerForge shards): ``format = "numpy"``
+(``"npy"``, its name before, is still accepted: :data:`~streamload.formats.base.FORMAT_ALIASES`).
 
 The dtype comes from the header; the header is validated against the file size so a
 truncated or padded file is refused rather than misread.
@@ -25,9 +26,12 @@ from streamload.formats.base import (
     open_head,
 )
 
-__all__ = ["FORMAT", "NPY_MAGIC", "NpyFormat", "describe_npy", "write_npy"]
+__all__ = ["FORMAT", "FORMAT_NAME", "NPY_MAGIC", "NpyFormat", "describe_npy", "write_npy"]
 
 NPY_MAGIC = b"\x93NUMPY"
+FORMAT_NAME = "numpy"
+"""The format's one name: the registry key, ``format =`` in configs, ``convert --to``,
+``tokenize --format`` and what ``inspect`` reports."""
 
 
 _PARSE_LOCK = threading.Lock()
@@ -94,7 +98,7 @@ def describe_npy(fh: BinaryIO, path: str, relpath: str, size: int, dtype: str) -
             f"{path}: NPY header says {count} tokens of {np_dtype.name} ({expected} bytes with "
             f"the header) but the file is {size} bytes; the file is {state}"
         )
-    return ShardInfo(path, relpath, size, "npy", np_dtype.str, offset, count)
+    return ShardInfo(path, relpath, size, FORMAT_NAME, np_dtype.str, offset, count)
 
 
 def write_npy(path: str, tokens: np.ndarray) -> None:
@@ -108,7 +112,7 @@ def write_npy(path: str, tokens: np.ndarray) -> None:
 class NpyFormat:
     """Files that start with the ``\\x93NUMPY`` magic."""
 
-    name = "npy"
+    name = FORMAT_NAME
     has_documents = False
 
     def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
@@ -118,7 +122,7 @@ class NpyFormat:
         with open_head(fs, file.path) as fh:
             if fh.read(len(NPY_MAGIC)) != NPY_MAGIC:
                 raise FormatError(
-                    f"{file.path}: format = 'npy' but the file has no NPY magic (\\x93NUMPY); "
+                    f"{file.path}: format = 'numpy' but the file has no NPY magic (\\x93NUMPY); "
                     "it is a headerless dump: use format = 'raw' with a dtype"
                 )
             fh.seek(0)

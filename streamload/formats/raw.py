@@ -5,11 +5,16 @@ The width is not stored in the file, so it comes from the config or from a tatm
 ``size % 4`` rule silently misreads half of all uint16 files, FORMATS §5.1).
 
 tatm zero tails: ``tatm tokenize`` pre-allocates every ``.bin`` and never truncates it, so each
-file ends in a run of token-0 padding (FORMATS §5.2). When a tatm ``metadata.yaml`` declares
-the folder's dtype (``ReadOptions.meta_dtype`` is set), the trailing run of zero tokens is
-found by reading the file backwards from its end and is excluded from the shard, with a
-warning naming the file and the count. Nothing distinguishes padding from real tokens, so a
-document that truly ends in token id 0 (e.g. an EOS of id 0) loses that final 0 too.
+file ends in a run of token-0 padding (FORMATS §5.2); tatm records the true token count
+nowhere (its ``metadata.yaml`` is written before tokenizing). When a tatm ``metadata.yaml``
+declares the folder's dtype (``ReadOptions.meta_dtype`` is set), the trailing run of zero
+tokens is found by reading the file backwards from its end and excluded from the shard, with
+a warning naming the file and the count; except that when the config's ``eos_token_id`` is 0,
+the first zero of that run is kept: it is the EOS that ends the last document
+(:func:`padding_tokens`). Example: ``[5, 6, 0, 7, 0, 0, 0]`` reads as ``[5, 6, 0, 7, 0]`` with
+``eos_token_id = 0`` and as ``[5, 6, 0, 7]`` without it (or with another EOS). A last
+document that truly ends in more than one 0 (a real token 0 before an EOS 0) still loses all
+but one; a file of nothing but zeros holds no document and is refused.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ __all__ = [
     "TATM_METADATA",
     "RawFormat",
     "describe_raw",
+    "padding_tokens",
     "raw_dtype",
     "tatm_dtype",
     "zero_tail_tokens",
@@ -49,23 +55,33 @@ _MAX_TAIL_BLOCK = 1 << 26
 
 
 def tatm_dtype(metadata_text: str, metadata_path: str) -> str | None:
-    """The token dtype a tatm ``metadata.yaml`` declares, or ``None`` if it declares none."""
+    """The token dtype a tatm ``metadata.yaml`` declares, or ``None`` if it declares none.
+
+    Raises:
+        FormatError: not YAML (or nested too deep to parse), or a ``tokenized_info.dtype``
+            that is not a little-endian integer dtype.
+    """
     import yaml
 
     try:
         meta = yaml.safe_load(metadata_text)
-    except yaml.YAMLError as exc:
-        raise FormatError(f"{metadata_path}: cannot parse YAML: {exc}") from exc
+    except (yaml.YAMLError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
+        raise FormatError(f"{metadata_path}: cannot parse YAML: {reason}") from None
     info = meta.get("tokenized_info") if isinstance(meta, dict) else None
     dtype = info.get("dtype") if isinstance(info, dict) else None
     if dtype is None:
         return None
     try:
-        return np.dtype(str(dtype)).name
-    except TypeError:
+        parsed = np.dtype(str(dtype))
+    except (TypeError, ValueError):
+        parsed = None
+    if parsed is None or parsed.kind not in "ui" or parsed.byteorder == ">":
         raise FormatError(
-            f"{metadata_path}: tokenized_info.dtype = {dtype!r} is not a numpy dtype"
-        ) from None
+            f"{metadata_path}: tokenized_info.dtype = {dtype!r}; expected a little-endian "
+            "integer dtype such as uint16 or uint32"
+        )
+    return parsed.name
 
 
 def raw_dtype(path: str, options: ReadOptions) -> str:
@@ -120,6 +136,17 @@ def zero_tail_tokens(fs: Any, path: str, size: int, itemsize: int) -> int:
     return zero_bytes // itemsize
 
 
+def padding_tokens(zero_tail: int, num_tokens: int, eos_token_id: int | None) -> int:
+    """How many of a tatm file's ``zero_tail`` trailing zero tokens are padding.
+
+    All of them, except the first when ``eos_token_id`` is 0 and a non-zero token precedes
+    the run: that zero is the EOS ending the last document (module docstring).
+    """
+    if eos_token_id == 0 and 0 < zero_tail < num_tokens:
+        return zero_tail - 1
+    return zero_tail
+
+
 class RawFormat:
     """Flat little-endian tokens with no header (the fallback of ``format = "auto"``)."""
 
@@ -139,12 +166,20 @@ class RawFormat:
         info = describe_raw(file.path, file.relpath, file.size, dtype, why)
         if options.meta_dtype is None:
             return info
-        tail = zero_tail_tokens(fs, file.path, file.size, np.dtype(info.dtype).itemsize)
+        zeros = zero_tail_tokens(fs, file.path, file.size, np.dtype(info.dtype).itemsize)
+        tail = padding_tokens(zeros, info.num_tokens, options.eos_token_id)
         if tail:
+            kept = (
+                "the first trailing zero is kept: it is the EOS (eos_token_id = 0) ending the "
+                "last document"
+                if tail < zeros
+                else "a real final token 0 cannot be told apart and is excluded too (with "
+                "eos_token_id = 0 configured, a final EOS 0 is kept)"
+            )
             warnings.warn(
                 f"{file.path}: excluded {tail} trailing zero tokens (the zero padding tatm "
                 f"leaves at the end of its files; {TATM_METADATA} beside it marks it as tatm "
-                "output); a real final token 0 cannot be told apart and is excluded too",
+                f"output); {kept}",
                 stacklevel=2,
             )
         meta = {**info.meta, "zero_tail": tail}

@@ -9,9 +9,16 @@ from __future__ import annotations
 import importlib
 
 from streamload.errors import FormatError
-from streamload.formats.base import ShardFormatSpec, ShardInfo, TokenShard
+from streamload.formats.base import FORMAT_ALIASES, ShardFormatSpec, ShardInfo, TokenShard
 
-__all__ = ["FORMATS", "get_format", "open_shard", "sniff_format"]
+__all__ = [
+    "FORMATS",
+    "FORMAT_ALIASES",
+    "canonical_name",
+    "get_format",
+    "open_shard",
+    "sniff_format",
+]
 
 _MODULES = ("megatron", "modalities", "datatrove", "dolma", "jsonl", "npy", "raw")
 """Format modules in sniffing order; each exposes ``FORMAT``, its ``ShardFormatSpec``."""
@@ -35,14 +42,19 @@ FORMATS: dict[str, ShardFormatSpec] = _load()
 """Registered formats by name, in sniffing order."""
 
 
+def canonical_name(name: str) -> str:
+    """The one name of a format, given it or a former name (``"npy"`` → ``"numpy"``)."""
+    return FORMAT_ALIASES.get(name, name)
+
+
 def get_format(name: str) -> ShardFormatSpec:
-    """The format called ``name``.
+    """The format called ``name`` (or a former name of it, :data:`FORMAT_ALIASES`).
 
     Raises:
         FormatError: no such format.
     """
     try:
-        return FORMATS[name]
+        return FORMATS[canonical_name(name)]
     except KeyError:
         raise FormatError(
             f"format {name!r} is not readable; known formats: {', '.join(FORMATS)}"

@@ -10,7 +10,10 @@ from streamload.formats.base import SNIFF_BYTES, ListedFile, ReadOptions, ShardI
 from streamload.formats.raw import TATM_METADATA, tatm_dtype
 from streamload.formats.registry import get_format, sniff_format
 
-__all__ = ["describe_shard", "folder_dtype"]
+__all__ = ["MAX_METADATA_BYTES", "describe_shard", "folder_dtype"]
+
+MAX_METADATA_BYTES = 1 << 20
+"""Largest tatm ``metadata.yaml`` read (real ones are a few hundred bytes)."""
 
 
 def folder_dtype(fs: Any, folder: str, cache: dict[str, str | None]) -> str | None:
@@ -19,8 +22,14 @@ def folder_dtype(fs: Any, folder: str, cache: dict[str, str | None]) -> str | No
         meta_path = posixpath.join(folder, TATM_METADATA)
         cache[folder] = None
         if fs.isfile(meta_path):
-            text = fs.cat_file(meta_path).decode("utf-8", errors="replace")
-            cache[folder] = tatm_dtype(text, meta_path)
+            with open_head(fs, meta_path) as fh:
+                data = fh.read(MAX_METADATA_BYTES + 1)
+            if len(data) > MAX_METADATA_BYTES:
+                raise FormatError(
+                    f"{meta_path}: larger than {MAX_METADATA_BYTES} bytes; a tatm metadata.yaml "
+                    "is a few hundred bytes (is it another file?)"
+                )
+            cache[folder] = tatm_dtype(data.decode("utf-8", errors="replace"), meta_path)
     return cache[folder]
 
 

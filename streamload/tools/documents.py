@@ -15,7 +15,14 @@ import numpy as np
 
 from streamload.formats.base import TokenShard
 
-__all__ = ["BLOCK_TOKENS", "TokenStats", "document_bounds", "iter_documents", "scan_tokens"]
+__all__ = [
+    "BLOCK_TOKENS",
+    "TokenStats",
+    "count_documents",
+    "document_bounds",
+    "iter_documents",
+    "scan_tokens",
+]
 
 BLOCK_TOKENS = 1 << 24
 """Tokens read per block when scanning a shard."""
@@ -51,6 +58,24 @@ def document_bounds(
     if eos_token_id is not None:
         return _eos_bounds(shard, eos_token_id)
     return np.array([0, shard.info.num_tokens], dtype=np.int64)
+
+
+def count_documents(shard: TokenShard, eos_token_id: int) -> int:
+    """How many documents ``document_bounds(shard, eos_token_id)`` splits an index-less shard
+    into, without building the bounds: one per EOS plus a trailing partial document.
+
+    Streams ``BLOCK_TOKENS`` tokens at a time (one vectorized comparison per block), so
+    memory stays bounded whatever the shard size or document count.
+    """
+    total = shard.info.num_tokens
+    if total == 0:
+        return 0
+    count = 0
+    for start in range(0, total, BLOCK_TOKENS):
+        block = np.asarray(shard.tokens(start, min(total, start + BLOCK_TOKENS)))
+        count += int(np.count_nonzero(block == eos_token_id))
+    last = int(np.asarray(shard.tokens(total - 1, total))[0])
+    return count + (last != eos_token_id)
 
 
 def iter_documents(shard: TokenShard, bounds: np.ndarray, start: int = 0) -> Iterator[np.ndarray]:

@@ -128,7 +128,7 @@ def test_to_dict_round_trips(cfg: dict[str, Any], tmp_path: Path) -> None:
     assert "None" not in config.to_json()
     (tmp_path / "again.json").write_text(config.to_json())
     assert load_config(tmp_path / "again.json") == config
-    assert plain["sources"][0]["format"] in ("auto", "npy")  # enums print as plain strings
+    assert plain["sources"][0]["format"] in ("auto", "numpy")  # enums print as plain strings
 
 
 def test_load_config_passes_a_config_through() -> None:

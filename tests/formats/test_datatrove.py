@@ -265,3 +265,53 @@ def test_live_datatrove_writes_the_same_bytes(
     assert sorted(os.listdir(ours)) == sorted(os.listdir(theirs))
     for file in os.listdir(ours):
         assert (ours / file).read_bytes() == (theirs / file).read_bytes(), file
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [
+        ("tok300.json|2\n١٥\n15.0 T", "token count"),  # Arabic-Indic 15: int() accepts it
+        ("tok300.json|2\n１５\n15.0 T", "token count"),  # fullwidth 15
+        ("tok300.json|2\n15²\n15.0 T", "token count"),  # isdigit() but int() raises
+        ("tok300.json|٢\n15\n15.0 T", "width"),
+        ("tok300.json|²\n15\n15.0 T", "width"),
+        ("tok300.json|2\n+15\n15.0 T", "token count"),
+        ("tok300.json|2\n 15\n15.0 T", "token count"),
+        ("tok300.json|2\n1_5\n15.0 T", "token count"),
+        ("tok300.json|2\n" + "9" * 40 + "\n15.0 T", "token count"),
+        ("tok300.json|2\n15", None),  # two lines are enough (the humanized count is cosmetic)
+    ],
+)
+def test_metadata_numbers_are_ascii_digits(tmp_path: Path, content: str, field: str | None) -> None:
+    """Counts are parsed strictly: ASCII digits only, as datatrove writes them."""
+    fixture_copy(tmp_path)
+    (tmp_path / (DS + ".metadata")).write_text(content, encoding="utf-8")
+    if field is None:
+        assert describe(tmp_path).shards[0].num_tokens == 15
+        return
+    with pytest.raises(FormatError, match=rf"\.ds\.metadata: line \d \({field}\) is .*; expected"):
+        describe(tmp_path)
+
+
+def test_metadata_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    fixture_copy(tmp_path)
+    (tmp_path / (DS + ".metadata")).write_bytes(b"tok\xff|2\n15\n15.0 T")
+    with pytest.raises(FormatError, match=r"\.ds\.metadata: not UTF-8 text"):
+        describe(tmp_path)
+
+
+def test_index_larger_than_the_tokens_can_need_is_refused_unread(tmp_path: Path) -> None:
+    fixture_copy(tmp_path, "", ".metadata")
+    ends = np.full(15 + 4096, 15, dtype="<u8")  # 30 bytes of .ds: at most 15 + 4096 documents
+    (tmp_path / (DS + ".index")).write_bytes(ends.tobytes())
+    assert describe(tmp_path).shards[0].meta["num_documents"] == 15 + 4096
+    (tmp_path / (DS + ".index")).write_bytes(np.append(ends, 15).astype("<u8").tobytes())
+    with pytest.raises(FormatError, match=r"\.ds\.index: .* holds at most 4111 documents"):
+        describe(tmp_path)
+
+
+def test_huge_metadata_is_refused_unread(tmp_path: Path) -> None:
+    fixture_copy(tmp_path)
+    (tmp_path / (DS + ".metadata")).write_bytes(b"tok300.json|2\n15\n" + b" " * (1 << 17))
+    with pytest.raises(FormatError, match=r"\.ds\.metadata: larger than 65536 bytes"):
+        describe(tmp_path)

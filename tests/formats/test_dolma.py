@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import shutil
 import struct
+import tracemalloc
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +19,7 @@ from hypothesis import strategies as st
 from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
-from streamload.formats import ReadOptions, open_shard
+from streamload.formats import ReadOptions, _dolma_csv, open_shard
 from streamload.formats.dolma import DolmaShard, DolmaWriter, dolma_dtype
 from tests.helpers.masks import assert_masks_follow_documents
 from tests.helpers.paths import TESTS
@@ -209,8 +212,8 @@ def test_missing_or_broken_companion(tmp_path: Path) -> None:
 def test_real_npy_is_not_dolma(tmp_path: Path) -> None:
     np.save(tmp_path / NPY, np.array([1, 2, 3], dtype=np.uint16))
     shutil.copy(DATA / CSV, tmp_path / CSV)
-    assert describe(tmp_path).shards[0].format == "npy"
-    with pytest.raises(FormatError, match=r"real NPY .* format = 'npy'"):
+    assert describe(tmp_path).shards[0].format == "numpy"
+    with pytest.raises(FormatError, match=r"real NPY .* format = 'numpy'"):
         describe(tmp_path, format="dolma", dtype="uint16")
 
 
@@ -318,3 +321,83 @@ def test_live_dolma_writes_the_same_bytes(
     assert (ours / NPY).read_bytes() == (theirs / NPY).read_bytes()
     # dolma stamps the current time in the gzip header; everything else must agree
     assert without_mtime((ours / CSV).read_bytes()) == without_mtime((theirs / CSV).read_bytes())
+
+
+def gzip_of(first: bytes, repeated: bytes, total: int) -> bytes:
+    """A gzip of ``first`` then ``repeated`` up to ``total`` bytes, compressed piece by piece
+    (the inflated text is never held whole)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    packed = [packer.compress(first)]
+    packed += [packer.compress(repeated) for _ in range(total // len(repeated))]
+    return b"".join([*packed, packer.flush()])
+
+
+@pytest.mark.parametrize(
+    ("repeated", "match"),
+    [
+        (b"10,10,b,s,2\r\n" * 4096, r"holds more than 4106 rows but its token file holds 10"),
+        (b"10,10," + b"i" * 60_000 + b",s,2\r\n", r"inflates to more than 4204544 bytes"),
+    ],
+)
+def test_gzip_bomb_is_refused_before_it_inflates(
+    tmp_path: Path, repeated: bytes, match: str
+) -> None:
+    """A .csv.gz inflating to 50 MB beside a 10-token .npy (rows of empty documents, each
+    valid on its own): refused after a bounded prefix, never decompressed whole."""
+    np.arange(1, 11, dtype="<u2").tofile(tmp_path / NPY)
+    (tmp_path / CSV).write_bytes(gzip_of(b"0,10,a,s,1\r\n", repeated, 50_000_000))
+    assert (tmp_path / CSV).stat().st_size < 1_000_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(FormatError, match=rf"csv\.gz: {match}"):
+            describe(tmp_path, dtype="uint16")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20_000_000  # a bounded prefix, not the 50 MB of rows
+
+
+def test_row_longer_than_any_real_row_is_refused(tmp_path: Path) -> None:
+    np.arange(1, 1_000_001, dtype="<u4").tofile(tmp_path / NPY)  # room for many rows
+    (tmp_path / CSV).write_bytes(gzip_of(b"0,1000000,", b"x" * 65536, 3_000_000))
+    with pytest.raises(FormatError, match=r"csv\.gz: row 1 is longer than 65536 bytes"):
+        describe(tmp_path, dtype="uint32")
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_rows_parse_the_same_in_any_chunking(tmp_path: Path, chunk: int) -> None:
+    """Streaming the CSV in pieces (quoted ids holding newlines and commas included) gives
+    the rows of a whole-buffer parse."""
+    docs = [[1, 2], [], [3], [4, 5, 6], [7]]
+    ids = ["a\r\nb", 'c,"d"', "", "e\n", "f"]
+    with DolmaWriter(tmp_path / NPY, "uint16", mtime=0) as writer:
+        for doc, doc_id in zip(docs, ids, strict=True):
+            writer.add_document(np.array(doc, dtype=np.int64), doc_id=doc_id, src="s,\n")
+    packed = (tmp_path / CSV).read_bytes()
+    limits = _dolma_csv.RowLimits.for_tokens(7)
+    whole = _dolma_csv.read_rows(io.BytesIO(packed), str(tmp_path / CSV), limits)
+    pieces = _dolma_csv.read_rows(
+        io.BytesIO(packed), str(tmp_path / CSV), limits, chunk_bytes=chunk
+    )
+    assert pieces.starts.tolist() == whole.starts.tolist() == [0, 2, 2, 3, 6]
+    assert pieces.ends.tolist() == whole.ends.tolist() == [2, 2, 3, 6, 7]
+    shard = open_shard(describe(tmp_path, dtype="uint16").shards[0])
+    assert [shard.document_metadata(i)["id"] for i in range(5)] == ids
+
+
+@pytest.mark.parametrize("loc", ["²", "١٢", "１"])
+def test_non_ascii_digit_loc_stays_text(tmp_path: Path, loc: str) -> None:
+    """``loc`` is an int only when it is ASCII digits (``int("²")`` raises, ``int("١٢")`` is 12)."""
+    fixture_copy(tmp_path)
+    write_csv(tmp_path / CSV, f"0,4,a,s,{loc}\r\n4,16,b,s,2\r\n")
+    shard = open_shard(describe(tmp_path, dtype="uint16").shards[0])
+    assert shard.document_metadata(0) == {"id": "a", "src": "s", "loc": loc}
+    assert shard.document_metadata(1)["loc"] == 2
+
+
+@pytest.mark.parametrize("start", ["٠", "０", "+0", " 0", "0_0"])
+def test_row_offsets_are_ascii_digits(tmp_path: Path, start: str) -> None:
+    fixture_copy(tmp_path)
+    write_csv(tmp_path / CSV, f"{start},4,a,s,1\r\n4,16,b,s,2\r\n")
+    with pytest.raises(FormatError, match=r"csv\.gz: row 1: start field is .*ASCII digits"):
+        describe(tmp_path, dtype="uint16")

@@ -14,6 +14,7 @@ from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
 from streamload.formats.raw import tatm_dtype
+from streamload.formats.registry import canonical_name
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import is_mapped
 
@@ -41,7 +42,7 @@ def copy(tmp_path: Path, *names: str) -> Path:
 
 def test_real_npy_shards_read_with_header_dtype() -> None:
     catalog = describe([KF / "shard_00000.npy", KF / "shard_00001.npy"])
-    assert [s.format for s in catalog.shards] == ["npy", "npy"]
+    assert [s.format for s in catalog.shards] == ["numpy", "numpy"]
     assert [np.dtype(s.dtype) for s in catalog.shards] == [np.dtype("<u2")] * 2
     assert [s.num_tokens for s in catalog.shards] == [13, 5]
     assert [s.offset for s in catalog.shards] == [128, 128]
@@ -104,9 +105,10 @@ def test_headerless_npy_without_dtype_asks_for_it() -> None:
         describe(KF / "headerless_raw.npy")
 
 
-def test_headerless_npy_with_format_npy_is_refused() -> None:
-    with pytest.raises(FormatError, match=r"headerless_raw\.npy: format = 'npy' .*no NPY magic"):
-        describe(KF / "headerless_raw.npy", format="npy", dtype="uint16")
+@pytest.mark.parametrize("fmt", ["numpy", "npy"])  # the format's name, and its former name
+def test_headerless_npy_with_format_numpy_is_refused(fmt: str) -> None:
+    with pytest.raises(FormatError, match=r"headerless_raw\.npy: format = 'numpy' .*no NPY magic"):
+        describe(KF / "headerless_raw.npy", format=fmt, dtype="uint16")
 
 
 def test_format_raw_on_a_real_npy_reads_its_bytes(tmp_path: Path) -> None:
@@ -189,7 +191,7 @@ def test_metadata_applies_only_to_raw_files(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="excluded 1 trailing zero"):
         catalog = describe(folder)
     assert [(s.relpath, s.format) for s in catalog.shards] == [
-        ("shard_0.bin", "raw"), ("shard_00001.npy", "npy"),
+        ("shard_0.bin", "raw"), ("shard_00001.npy", "numpy"),
     ]  # fmt: skip
     assert read_all(catalog) == [[7, 8, 9, 0, 12, 13], [32, 0, 40, 41, 0]]  # NPY keeps its 0
 
@@ -230,7 +232,7 @@ def test_make_corpus_writes_what_it_says(make_corpus: Callable, fmt: str, dtype:
     folder, tokens = corpus
     assert folder == corpus.folder and len(tokens) == 3
     catalog = describe(folder, dtype=dtype)
-    assert [s.format for s in catalog.shards] == [fmt] * 3
+    assert [s.format for s in catalog.shards] == [canonical_name(fmt)] * 3
     assert read_all(catalog) == [t.tolist() for t in tokens]
     stream = corpus.stream
     assert stream.size == 551 and stream.dtype == np.dtype(dtype)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
+import warnings
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -24,8 +27,10 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
+from streamload.formats.base import ListedFile, ReadOptions
 from streamload.formats.numpy_folder import NumpyShardWriter
 from streamload.formats.raw import zero_tail_tokens
+from streamload.formats.sniff import describe_shard
 from tests.helpers.paths import TESTS
 
 KF = TESTS / "data" / "kempnerforge"
@@ -247,3 +252,86 @@ def test_npy_writer_checks_its_input(tmp_path: Path) -> None:
 def test_kempnerforge_fixture_copy_still_reads(tmp_path: Path) -> None:
     shutil.copy(KF / "shard_00001.npy", tmp_path / "shard_00001.npy")
     assert read_all(describe(tmp_path)) == [[32, 0, 40, 41, 0]]
+
+
+# -- tatm zero tails with eos_token_id = 0 (issue 22, item 3) -----------------------------
+
+
+def describe_tatm(path: Path, eos: int | None) -> Any:
+    """One tatm file described as the catalog does, with the config's ``eos_token_id``."""
+    fs = fsspec.filesystem("file")
+    listed = ListedFile(str(path), path.name, path.stat().st_size)
+    options = ReadOptions(meta_dtype="uint32", eos_token_id=eos)
+    return describe_shard(fs, listed, "auto", options, frozenset([path.name, "metadata.yaml"]))
+
+
+def test_eos_zero_ending_the_last_document_is_kept(tmp_path: Path) -> None:
+    """514,128 tokens of documents each ending in EOS 0, padded as tatm pads: every token
+    is read, the final EOS included (it used to read 514,127)."""
+    rng = np.random.default_rng(3)
+    ends = np.cumsum(rng.integers(1, 400, size=5000))
+    ends = np.append(ends[ends < 514_128], 514_128)
+    lengths = np.diff(ends, prepend=0)
+    docs = [np.append(rng.integers(1, 300, size=int(n) - 1), 0) for n in lengths]
+    stream = np.concatenate(docs)
+    write_tatm(tmp_path, [stream], capacity=stream.size + 777, dtype="uint32")
+    with pytest.warns(UserWarning, match=r"excluded 777 trailing zero tokens .*EOS"):
+        info = describe_tatm(tmp_path / "tokenized_0.bin", eos=0)
+    assert info.num_tokens == 514_128
+    assert info.meta["zero_tail"] == 777
+    assert np.array_equal(open_shard(info).tokens(0, info.num_tokens), stream)
+
+
+@pytest.mark.parametrize(
+    ("tokens", "capacity", "eos", "kept"),
+    [
+        ([5, 6, 0, 7, 0], 5, 0, 5),  # a full file ending in its EOS: nothing is padding
+        ([5, 6, 0, 7, 0], 9, 0, 5),  # EOS then padding: the EOS stays
+        ([5, 6, 0, 7, 0, 0], 9, 0, 5),  # a real 0 before the final EOS: cannot be told apart
+        ([5, 6, 0, 7, 0], 9, 7, 4),  # another EOS: every trailing zero is padding
+        ([5, 6, 0, 7, 0], 9, None, 4),  # no EOS configured: as before
+    ],
+)
+def test_zero_tail_rule(
+    tmp_path: Path, tokens: list[int], capacity: int, eos: int | None, kept: int
+) -> None:
+    write_tatm(tmp_path, [np.array(tokens)], capacity=capacity, dtype="uint32")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        info = describe_tatm(tmp_path / "tokenized_0.bin", eos=eos)
+    assert info.num_tokens == kept
+    assert open_shard(info).tokens(0, kept).tolist() == tokens[:kept]
+
+
+def test_a_file_of_zeros_holds_no_document_even_with_eos_zero(tmp_path: Path) -> None:
+    write_tatm(tmp_path, [np.array([], dtype=np.int64)], capacity=6, dtype="uint32")
+    with (
+        pytest.warns(UserWarning, match="excluded 6"),
+        pytest.raises(FormatError, match=r"tokenized_0\.bin: shard holds 0 tokens"),
+    ):
+        describe_tatm(tmp_path / "tokenized_0.bin", eos=0)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[" * 1200, "cannot parse YAML: nested too deep"),
+        ('tokenized_info: {dtype: "(99999999999999,)i4"}', "expected a little-endian integer"),
+        ("tokenized_info: {dtype: float32}", "expected a little-endian integer"),
+        ("tokenized_info: {dtype: U3}", "expected a little-endian integer"),
+        ('tokenized_info: {dtype: ">u2"}', "expected a little-endian integer"),
+        ("tokenized_info: {dtype: [1, 2]}", "expected a little-endian integer"),
+    ],
+)
+def test_bad_tatm_metadata_is_a_format_error(tmp_path: Path, text: str, match: str) -> None:
+    np.array([5, 6, 7], dtype="<u2").tofile(tmp_path / "tokenized_0.bin")
+    (tmp_path / "metadata.yaml").write_text(text)
+    with pytest.raises(FormatError, match=rf"metadata\.yaml: .*{re.escape(match)}"):
+        describe(tmp_path)
+
+
+def test_huge_tatm_metadata_is_refused_unread(tmp_path: Path) -> None:
+    np.array([5, 6, 7], dtype="<u2").tofile(tmp_path / "tokenized_0.bin")
+    (tmp_path / "metadata.yaml").write_bytes(b"#" * (2 << 20))
+    with pytest.raises(FormatError, match=r"metadata\.yaml: larger than 1048576 bytes"):
+        describe(tmp_path)
