@@ -9,15 +9,24 @@ With ``num_workers = N`` the loader's worker ``w`` yields this rank's batches
 ``w, w + N, w + 2N, …``; the loader takes workers in turn, so the order is the same as
 with no workers.
 
-Passes: each ``iter()`` of the same dataset object starts the next pass. Worker processes
-iterate *copies*, so with ``num_workers > 0`` and non-persistent workers (the default) call
-``ds.set_epoch(epoch)`` before each epoch, exactly like ``DistributedSampler.set_epoch`` —
-otherwise every epoch would repeat pass 0 — or use ``persistent_workers=True``.
+Passes (epochs): each ``iter()`` starts the next pass, whatever the workers: epoch ``e`` of
+``for epoch in range(E): for batch in dl`` is pass ``e`` with 0 workers, persistent workers
+or fresh workers per epoch. Worker processes iterate *copies* of the dataset, so the number
+of passes each worker slot has started is kept in a small shared-memory counter made with
+the dataset (slots for :data:`MAX_WORKER_SLOTS` workers; a copy made by ``pickle`` or
+``deepcopy`` counts on its own). ``ds.set_epoch(e)`` makes the next ``iter()`` of every
+worker start pass ``e`` (the following ones ``e + 1``, …), like
+``DistributedSampler.set_epoch``.
 
 Each worker's state is its cursor (its next batch), so
-``StatefulDataLoader.state_dict()`` resumes exactly with the same ``num_workers``. For a
-change of worker count or world size, use :class:`streamload.StreamLoader`, whose state is
-global.
+``StatefulDataLoader.state_dict()`` resumes exactly with the same ``num_workers``: a state
+saved inside a pass continues it; one saved after a pass's loop ended continues with the
+next pass. For a change of worker count or world size, use :class:`streamload.StreamLoader`,
+whose state is global.
+
+An ``iter()`` decides its pass when it is called, not when its first batch is asked for:
+``StatefulDataLoader`` makes an iterator while restoring a state and may drop it unused (a
+state saved after the loop ended), and the next iterator must then start the next pass.
 """
 
 from __future__ import annotations
@@ -28,16 +37,19 @@ from typing import Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from streamload.errors import StateError
+from streamload.errors import ConfigError, StateError
 from streamload.nodes.materialize import Materialize
 from streamload.plan.partition import RankSpec
 from streamload.state import check_fingerprint
-from streamload.streams.cursor import StreamCursor
+from streamload.streams.cursor import StreamCursor, check_cursor, state_int, state_mapping
 from streamload.streams.interface import SampleStream
 
-__all__ = ["StreamDataset"]
+__all__ = ["MAX_WORKER_SLOTS", "StreamDataset"]
 
 Batch = dict[str, torch.Tensor]
+
+MAX_WORKER_SLOTS = 1024
+"""Worker ids with a shared pass counter (8 KiB); a worker beyond them counts on its own."""
 
 
 class StreamDataset(IterableDataset[Batch]):
@@ -47,33 +59,47 @@ class StreamDataset(IterableDataset[Batch]):
         stream: The global sample stream.
         rank: Data-parallel rank, size and per-rank batch size.
 
+    A loaded state is checked like the loader's (``streams/cursor.py``) and echoed:
+    ``state_dict()`` returns it until the next batch.
+
     State:
         ``cursor``: this copy's next batch (the stream cursor); ``batch``: its pass-relative
-        batch number; ``fingerprint``: the stream's fingerprint.
+        batch number, or None before the cursor's pass started; ``fingerprint``: the
+        stream's fingerprint.
     """
 
     CURSOR_KEY = "cursor"
     BATCH_KEY = "batch"
+    FINGERPRINT_KEY = "fingerprint"
 
     def __init__(self, stream: SampleStream, rank: RankSpec) -> None:
         self.stream = stream
         self.rank = rank
         self._materialize = Materialize(stream)
         self._cursor = stream.start()
-        self._batch: int | None = None  # None: not started; the first iter starts at the worker id
-        self._resume = False
-        self._pass_set = False
+        self._batch: int | None = None
+        self._pending: tuple[StreamCursor, int | None] | None = None  # a loaded position
+        # Passes started per worker slot, shared with worker processes (fork or spawn).
+        self._passes = torch.zeros(MAX_WORKER_SLOTS, dtype=torch.int64).share_memory_()
+        self._own_passes = 0  # for a worker id beyond the slots
 
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        global_batch = self.rank.global_batch
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[1] is not None:
+            cursor, batch = pending[0], pending[1]
+        else:
+            first = pending[0].pass_index if pending is not None else self._started(worker)
+            cursor = self.stream.advance(self.stream.start(first), worker, global_batch)
+            batch = worker
+        self._set_started(worker, cursor.pass_index + 1)
+        self._cursor, self._batch = cursor, batch
+        return self._batches(workers)
+
+    def _batches(self, workers: int) -> Iterator[Batch]:
         spec = self.rank
-        if not self._resume:
-            if self._batch is not None and not self._pass_set:
-                self._cursor = self.stream.next_pass(self._cursor)
-            self._cursor = self.stream.advance(self._cursor, worker, spec.global_batch)
-            self._batch = worker
-        self._resume = self._pass_set = False
         while True:
             planned = self.stream.plan_chunk(
                 self._cursor, 1, spec.global_batch, spec.world_size, spec.rank
@@ -85,24 +111,57 @@ class StreamDataset(IterableDataset[Batch]):
             self._batch = (self._batch or 0) + workers
             yield {key: value[0] for key, value in batch.items()}
 
+    def _started(self, worker: int) -> int:
+        return int(self._passes[worker]) if worker < MAX_WORKER_SLOTS else self._own_passes
+
+    def _set_started(self, worker: int, passes: int) -> None:
+        if worker < MAX_WORKER_SLOTS:
+            self._passes[worker] = passes
+        else:
+            self._own_passes = passes
+
     def set_epoch(self, epoch: int) -> None:
-        """Make the next ``iter()`` start pass ``epoch`` from its first batch."""
-        self._cursor = self.stream.start(epoch)
-        self._batch, self._resume, self._pass_set = None, False, True
+        """Make the next ``iter()`` (of every worker) start pass ``epoch`` from its first batch.
+
+        Raises:
+            ConfigError: ``epoch`` is not an integer >= 0.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigError(f"set_epoch({epoch!r}): the epoch must be an integer >= 0")
+        self._passes.fill_(epoch)
+        self._own_passes = epoch
+        self._cursor, self._batch, self._pending = self.stream.start(epoch), None, None
 
     def state_dict(self) -> dict[str, Any]:
         """Small JSON-safe position of this copy."""
         return {
             self.CURSOR_KEY: self._cursor.to_state(),
             self.BATCH_KEY: self._batch,
-            "fingerprint": self.stream.fingerprint(self._cursor),
+            self.FINGERPRINT_KEY: self.stream.fingerprint(self._cursor),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue at a saved position on the next ``iter()``."""
-        if self.CURSOR_KEY not in state or self.BATCH_KEY not in state:
-            raise StateError(f"not a StreamDataset state: keys {sorted(state)}")
-        cursor = StreamCursor.from_state(state[self.CURSOR_KEY])
-        check_fingerprint(state.get("fingerprint", {}), self.stream.fingerprint(cursor), False)
-        self._cursor, self._batch = cursor, state[self.BATCH_KEY]
-        self._resume = self._batch is not None
+        """Continue at a saved position on the next ``iter()``.
+
+        Raises:
+            StateError: malformed, saved for another stream, or a position this copy cannot
+                stand at (named field, value and expectation).
+        """
+        keys = (self.CURSOR_KEY, self.BATCH_KEY, self.FINGERPRINT_KEY)
+        state = dict(state_mapping(state, "StreamDataset", keys))
+        global_batch = self.rank.global_batch
+        cursor = StreamCursor.from_state(state[self.CURSOR_KEY], global_batch)
+        batch = state[self.BATCH_KEY]
+        batch = None if batch is None else state_int(batch, self.BATCH_KEY)
+        check_fingerprint(state[self.FINGERPRINT_KEY], self.stream.fingerprint(cursor), False)
+        info = get_worker_info()
+        workers = info.num_workers if info is not None else 1
+        check_cursor(self.stream, cursor, slack=(workers - 1) * global_batch)
+        expected = 0 if batch is None else batch * global_batch
+        if cursor.sample != expected:
+            raise StateError(
+                f"state cursor.sample = {cursor.sample} disagrees with batch = {batch} of "
+                f"{global_batch} samples, which gives {expected}; the state was edited, or "
+                "saved with another global batch size (use StreamLoader to change it)"
+            )
+        self._cursor, self._batch, self._pending = cursor, batch, (cursor, batch)

@@ -12,7 +12,7 @@ Example (``num_samples`` unset, 2 windows of 4 consumed in epoch 1)::
 * ``epoch``: passes completed (a pass is ``num_samples`` samples, or one epoch without it).
 * ``cursor.samples``: samples of the current pass consumed by the training loop (what was
   delivered, never what was prefetched); ``tokens`` = samples × seq_len; ``batches``:
-  batches delivered in this pass by this loader since it started or was restored.
+  batches delivered in this pass (a restored loader continues the saved count).
 * ``sources``: per source, the index of its next sample in the source's own sequence of
   samples (``samples``; it counts across epochs) and that sample's data ``epoch``. Derived from
   ``epoch`` and ``cursor`` and checked against them on load.
@@ -20,34 +20,73 @@ Example (``num_samples`` unset, 2 windows of 4 consumed in epoch 1)::
   state and continues at exactly ``cursor.samples``.
 * Mixtures only: ``cursor.step`` (global batches so far) and ``schedule``
   (``phase_step``: where the current phase's accounting started, ``phase_drawn``: each
-  source's count then). With ``sources[*].samples`` they are the whole mixture position.
+  source's count then, ``batch_sizes``: ``[first step, global batch size]`` of each run of
+  equal sizes). The per-source counts and ``schedule`` are derived from ``cursor.step`` and
+  ``batch_sizes`` (replayed, :func:`streamload.plan.mixture.replay_cursor`) and checked on
+  load; a state saved before ``batch_sizes`` existed is taken to have used
+  ``global_batch_size`` throughout.
+
+Loading rules (:func:`load_state`; every violation is a ``StateError`` naming the field, the
+value and the expectation, raised before the loader changes):
+
+* the state is a mapping with exactly the keys above; ``version`` is an ``int`` from 1 to
+  :data:`STATE_VERSION` (older ones are upgraded);
+* integer fields are integers (not ``bool``, ``float`` or ``str``), ``>= 0`` (``>= 1`` for
+  ``global_batch_size``) and below 2**62 (:mod:`streamload.streams.cursor`);
+  ``cursor.tokens == cursor.samples × seq_len`` and ``cursor.batches <= cursor.samples``;
+* the fingerprint is a mapping of plain values (strings, numbers, booleans, ``None``, lists,
+  mappings; nested at most :data:`MAX_FINGERPRINT_DEPTH` deep) and equals this stream's,
+  field by field and type by type (``5.0`` or ``True`` is not the seed ``5``), unless
+  ``ignore_fingerprint_mismatch``; then the fields derived from the history (sources,
+  schedule, tokens) are not checked, since they were made with other settings;
+* the position is one the stream can stand at: inside the pass, a later pass of a Megatron
+  stream only at 0, every derived field equal to its derivation.
+
+A loaded state is normalized once (plain ``int``) and echoed: ``state_dict()`` right after
+``load_state_dict(s)`` returns ``s`` for a state this version saved.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streamload.errors import StateError
 from streamload.plan.mixture import MixtureCursor
-from streamload.streams.cursor import StreamCursor
+from streamload.streams.cursor import (
+    CursorFields,
+    StreamCursor,
+    check_cursor,
+    read_batch_sizes,
+    short_repr,
+    state_int,
+    state_mapping,
+)
 
 if TYPE_CHECKING:
     from streamload.streams.interface import SampleStream
 
 __all__ = [
+    "MAX_FINGERPRINT_DEPTH",
     "STATE_VERSION",
     "UPGRADERS",
+    "LoadedState",
     "check_fingerprint",
-    "cursor_from_state",
+    "load_state",
     "make_state",
     "read_state",
 ]
 
 STATE_VERSION = 1
+MAX_FINGERPRINT_DEPTH = 32
+"""Nesting allowed inside a fingerprint (a real one is 3 deep)."""
 
 UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 """``UPGRADERS[n]`` turns a version-n state into a version-(n+1) state."""
+
+_KEYS = ("version", "fingerprint", "epoch", "cursor", "sources", "global_batch_size")
 
 
 def make_state(
@@ -76,61 +115,65 @@ def make_state(
         state["schedule"] = {
             "phase_step": mixture.phase_step,
             "phase_drawn": dict(zip(names, mixture.phase_drawn, strict=True)),
+            "batch_sizes": [list(pair) for pair in mixture.batch_sizes],
         }
     return state
 
 
-def cursor_from_state(state: Mapping[str, Any], stream: SampleStream) -> StreamCursor:
-    """The stream cursor a (read, upgraded) state describes, checked against the stream.
+@dataclass(frozen=True)
+class LoadedState:
+    """A checked state: where the stream continues, and the batches of the pass so far."""
+
+    cursor: StreamCursor
+    batches: int
+
+
+def load_state(
+    state: Any, stream: SampleStream, ignore_fingerprint_mismatch: bool = False
+) -> LoadedState:
+    """Check a saved envelope against ``stream`` (the module's loading rules).
 
     Raises:
-        StateError: a cursor beyond the pass, sources that are not the stream's, per-source
-            positions that disagree with the cursor, or mixture fields missing.
+        StateError: malformed, too new, saved for other data or config, or an impossible
+            position; the message names the field, its value and what was expected.
     """
-    samples, epoch = state["cursor"]["samples"], state["epoch"]
-    length = stream.pass_length
-    if length is not None and samples > length:
-        raise StateError(
-            f"state cursor.samples = {samples} lies beyond the pass of {length} samples; "
-            "the state was edited or saved for another num_samples"
-        )
-    saved = state.get("sources") or {}
+    current = read_state(state)
     names = [s.name for s in stream.sources]
-    if sorted(saved) != sorted(names):
-        raise StateError(f"state sources {sorted(saved)} are not this stream's sources {names}")
-    mixture = None
-    if stream.is_mixture:
-        try:
-            schedule = state["schedule"]
-            drawn = tuple(int(saved[n]["samples"]) for n in names)
-            phase = tuple(int(schedule["phase_drawn"][n]) for n in names)
-            step, phase_step = int(state["cursor"]["step"]), int(schedule["phase_step"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StateError(
-                f"state lacks the mixture position ({exc!r}); saved without mixing?"
-            ) from None
-        mixture = MixtureCursor(step, drawn, phase_step, phase)
-    cursor = StreamCursor(epoch, samples, mixture)
-    expected = stream.source_positions(cursor)
-    if saved != expected:
+    sources = _sources(current["sources"], names)
+    cursor = _cursor(current, sources, stream.is_mixture)
+    fields = current["cursor"]
+    batches = state_int(fields["batches"], "cursor.batches")
+    if batches > cursor.sample:
         raise StateError(
-            f"state sources = {saved} disagree with epoch {epoch} and cursor.samples "
-            f"{samples}, which give {expected}; the state was edited or is corrupt"
+            f"state cursor.batches = {batches} exceeds cursor.samples = {cursor.sample} "
+            "(every batch holds at least one sample)"
         )
-    return cursor
+    same = check_fingerprint(
+        current["fingerprint"], stream.fingerprint(cursor), ignore_fingerprint_mismatch
+    )
+    check_cursor(stream, cursor, _envelope_fields(), derive=same)
+    if same:
+        _check_derived(fields, sources, cursor, stream)
+    return LoadedState(cursor, batches)
 
 
-def read_state(state: Mapping[str, Any]) -> dict[str, Any]:
+def read_state(state: Any) -> dict[str, Any]:
     """Validate the envelope's shape and upgrade it to the current version.
 
     Raises:
-        StateError: not a streamload state, a newer version, or missing fields.
+        StateError: not a streamload state, a bad or newer version, or missing or unknown
+            top-level keys.
     """
-    if not isinstance(state, Mapping) or "version" not in state:
-        raise StateError(f"not a streamload loader state (no 'version' key): {_short(state)}")
+    if not isinstance(state, Mapping):
+        raise StateError(
+            f"not a streamload loader state (a mapping with keys {', '.join(_KEYS)}): "
+            f"{short_repr(state)}"
+        )
+    if "version" not in state:
+        raise StateError(f"not a streamload loader state (no 'version' key): {short_repr(state)}")
     version = state["version"]
-    if not isinstance(version, int) or version < 1:
-        raise StateError(f"state version {version!r} is not a positive integer")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise StateError(f"state version {short_repr(version)} is not a positive integer")
     if version > STATE_VERSION:
         raise StateError(
             f"state version {version} is newer than this streamload understands "
@@ -139,44 +182,155 @@ def read_state(state: Mapping[str, Any]) -> dict[str, Any]:
     current = dict(state)
     while current["version"] < STATE_VERSION:
         current = UPGRADERS[current["version"]](current)
-    for key in ("fingerprint", "epoch", "cursor"):
-        if key not in current:
-            raise StateError(f"state is missing {key!r}")
-    samples = current["cursor"].get("samples") if isinstance(current["cursor"], Mapping) else None
-    if not isinstance(samples, int) or samples < 0:
-        raise StateError(f"state cursor.samples = {samples!r} must be an integer >= 0")
-    if not isinstance(current["epoch"], int) or current["epoch"] < 0:
-        raise StateError(f"state epoch = {current['epoch']!r} must be an integer >= 0")
+    state_mapping(current, "(top level)", _KEYS, ("schedule",))
+    state_int(current["global_batch_size"], "global_batch_size", 1)
     return current
 
 
-def check_fingerprint(saved: Mapping[str, Any], current: Mapping[str, Any], ignore: bool) -> None:
-    """Raise naming every field that differs, unless ``ignore``.
+def check_fingerprint(saved: Any, current: Mapping[str, Any], ignore: bool) -> bool:
+    """Whether ``saved`` equals ``current``; raise naming every field that differs, unless
+    ``ignore``. A malformed fingerprint is refused even then.
 
     Raises:
-        StateError: the state was saved for other data or another order-changing config.
+        StateError: not a mapping of plain values, or saved for other data or config.
     """
-    keys = sorted(set(saved) | set(current))
-    diffs = [k for k in keys if saved.get(k) != current.get(k)]
-    if not diffs or ignore:
-        return
+    if not isinstance(saved, Mapping):
+        raise StateError(
+            f"state fingerprint = {short_repr(saved)} must be a mapping of the stream's "
+            "order-deciding settings"
+        )
+    _check_plain(saved, "fingerprint", 0)
+    keys = sorted(set(saved) | set(current), key=repr)
+    diffs = [k for k in keys if not (k in saved and k in current and _same(saved[k], current[k]))]
+    if not diffs:
+        return True
+    if ignore:
+        return False
     parts = []
     for key in diffs:
-        if key == "data":
-            changed = _changed_sources(saved.get(key) or {}, current.get(key) or {})
-            parts.append(f"data of source(s) {', '.join(changed)} (files, sizes or dtypes)")
+        old, new = saved.get(key), current.get(key)
+        if key == "data" and isinstance(old, Mapping) and isinstance(new, Mapping):
+            changed = sorted(k for k in set(old) | set(new) if not _same(old.get(k), new.get(k)))
+            parts.append(
+                f"data of source(s) {', '.join(map(str, changed))} (files, sizes or dtypes)"
+            )
         else:
-            parts.append(f"{key}: saved {saved.get(key)!r}, now {current.get(key)!r}")
+            parts.append(f"{key}: saved {short_repr(old)}, now {short_repr(new)}")
     raise StateError(
-        "the state was saved for a different stream — " + "; ".join(parts) + ". Resuming would "
-        "not continue on the next sample; pass ignore_fingerprint_mismatch=True if you mean it"
+        f"state fingerprint differs: the state was saved for a different stream — "
+        f"{'; '.join(parts)}. Resuming would not continue on the next sample; pass "
+        "ignore_fingerprint_mismatch=True if you mean it"
     )
 
 
-def _changed_sources(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    return sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+def _cursor(
+    current: Mapping[str, Any], sources: dict[str, dict[str, int]], mixture: bool
+) -> StreamCursor:
+    """The position the envelope's fields name (types and keys checked, not consistency)."""
+    extra = ("step",) if mixture else ()
+    fields = state_mapping(current["cursor"], "cursor", ("samples", "tokens", "batches", *extra))
+    samples = state_int(fields["samples"], "cursor.samples")
+    epoch = state_int(current["epoch"], "epoch")
+    if not mixture:
+        if "schedule" in current:
+            raise StateError(
+                "state has a 'schedule' (a mixture's) but this stream is not a mixture"
+            )
+        return StreamCursor(epoch, samples)
+    if "schedule" not in current:
+        raise StateError("state (top level): missing 'schedule' (a mixture's position)")
+    schedule = state_mapping(
+        current["schedule"], "schedule", ("phase_step", "phase_drawn"), ("batch_sizes",)
+    )
+    step = state_int(fields["step"], "cursor.step")
+    names = list(sources)
+    phase = state_mapping(schedule["phase_drawn"], "schedule.phase_drawn", names)
+    assumed = state_int(current["global_batch_size"], "global_batch_size", 1)
+    sizes = read_batch_sizes(schedule.get("batch_sizes"), "schedule.batch_sizes", step, assumed)
+    mixture_cursor = MixtureCursor(
+        step,
+        tuple(sources[n]["samples"] for n in names),
+        state_int(schedule["phase_step"], "schedule.phase_step"),
+        tuple(state_int(phase[n], f"schedule.phase_drawn.{n}") for n in names),
+        sizes,
+    )
+    return StreamCursor(epoch, samples, mixture_cursor)
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) < 80 else text[:77] + "..."
+def _sources(value: Any, names: list[str]) -> dict[str, dict[str, int]]:
+    sources = state_mapping(value, "sources", names)
+    out = {}
+    for name in names:
+        entry = state_mapping(sources[name], f"sources.{name}", ("epoch", "samples"))
+        out[name] = {key: state_int(entry[key], f"sources.{name}.{key}") for key in entry}
+    return out
+
+
+def _envelope_fields() -> CursorFields:
+    return CursorFields(
+        pass_index="epoch",
+        sample="cursor.samples",
+        step="cursor.step",
+        phase_step="schedule.phase_step",
+        batch_sizes="schedule.batch_sizes",
+        drawn=lambda i, name: f"sources.{name}.samples",
+        phase_drawn=lambda i, name: f"schedule.phase_drawn.{name}",
+    )
+
+
+def _check_derived(
+    fields: Mapping[str, Any],
+    sources: dict[str, dict[str, int]],
+    cursor: StreamCursor,
+    stream: SampleStream,
+) -> None:
+    tokens = state_int(fields["tokens"], "cursor.tokens")
+    if tokens != cursor.sample * stream.seq_len:
+        raise StateError(
+            f"state cursor.tokens = {tokens} disagrees with cursor.samples × seq_len = "
+            f"{cursor.sample} × {stream.seq_len} = {cursor.sample * stream.seq_len}"
+        )
+    expected = stream.source_positions(cursor)
+    if sources != expected:
+        raise StateError(
+            f"state sources = {short_repr(sources)} disagree with epoch {cursor.pass_index} "
+            f"and cursor.samples {cursor.sample}, which give {short_repr(expected)}; the state "
+            "was edited or is corrupt"
+        )
+
+
+def _check_plain(value: Any, field: str, depth: int) -> None:
+    if depth > MAX_FINGERPRINT_DEPTH:
+        raise StateError(f"state {field} is nested deeper than {MAX_FINGERPRINT_DEPTH} levels")
+    if value is None or isinstance(value, (str, bool, numbers.Real)):
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _check_plain(item, f"{field}.{key}", depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check_plain(item, f"{field}[{index}]", depth + 1)
+    else:
+        raise StateError(
+            f"state {field} holds a {type(value).__name__}; a fingerprint holds only plain "
+            "values (strings, numbers, booleans, None, lists, mappings)"
+        )
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, numbers.Integral):
+        return "int"
+    if isinstance(value, numbers.Real):
+        return "float"
+    return type(value).__name__
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of equal kinds, all the way down (lists equal tuples)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return _kind(a) == _kind(b) and a == b

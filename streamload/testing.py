@@ -1,11 +1,20 @@
 """Test helpers for exact resumption, usable on any stateful loader.
 
-:func:`assert_resumes_exactly` is the contract check of streamload (in the spirit of grain's
-``assert_equal_output_after_checkpoint`` and torchdata's ``run_test_save_load_state``): run a
-loader without interruption, then for each save point restore its state into a fresh loader
-and demand the exact, ordered remainder of the stream. It works on anything with
-``__iter__``, ``state_dict`` and ``load_state_dict``: :class:`streamload.StreamLoader`,
-``torchdata.stateful_dataloader.StatefulDataLoader``, ``torchdata.nodes.Loader``.
+:func:`assert_resumes_exactly` is the contract check of streamload. It holds every check of
+grain's ``assert_equal_output_after_checkpoint`` and torchdata's ``run_test_save_load_state``
+(written here, not imported): run a loader without interruption, then for each save point
+restore its state into a fresh loader and demand
+
+* the exact, ordered remainder of the stream (every later pass included);
+* ``state_dict()`` right after ``load_state_dict(s)`` equal to ``s`` (``echo``);
+* the same output when the same state is restored again into the used loader
+  (``restore_twice``);
+* with ``same_structure``, one state structure (keys and leaf types) at every step;
+* with ``same_states``, the resumed loader's states equal to the uninterrupted ones.
+
+It works on anything with ``__iter__``, ``state_dict`` and ``load_state_dict``:
+:class:`streamload.StreamLoader`, ``torchdata.stateful_dataloader.StatefulDataLoader``,
+``torchdata.nodes.Loader``.
 
 Example:
     >>> from streamload.testing import assert_resumes_exactly
@@ -16,7 +25,9 @@ Example:
 Save point ``s`` is the state taken after ``s`` delivered batches (counted over all passes;
 ``s = 0`` is the state of a loader that has not yielded anything yet). After the last batch
 of a pass, the state is taken twice: inside the loop (right after the batch) and after the
-loop has ended; both must resume exactly.
+loop has ended. Both must resume exactly; the first may resume with one empty loop that ends
+the saved pass (``StatefulDataLoader`` does), the second must go straight on to the next
+pass (an empty loop there would skip a whole epoch).
 """
 
 from __future__ import annotations
@@ -90,6 +101,10 @@ def assert_resumes_exactly(
     passes: int = 1,
     make_resumed: Callable[[], StatefulIterable] | None = None,
     max_state_bytes: int | None = MAX_STATE_BYTES,
+    echo: bool = True,
+    restore_twice: bool = True,
+    same_structure: bool = False,
+    same_states: bool = False,
 ) -> None:
     """Assert that restoring a saved state continues with exactly the uninterrupted batches.
 
@@ -100,10 +115,6 @@ def assert_resumes_exactly(
     and small), then runs ``for`` loops that must complete the current pass and the remaining
     ones. Batches are compared in order, key by key, with ``torch.equal`` and equal dtypes.
 
-    A state saved after the last batch of a pass may resume either straight into the next
-    pass (StreamLoader, ``torchdata.nodes.Loader``) or with one empty loop that finishes the
-    saved pass first (``StatefulDataLoader``); both are accepted.
-
     Args:
         make_loader: Builds the loader of the uninterrupted run (and of resumed runs).
         save_points: Numbers of delivered batches after which to save (0 .. total, counted
@@ -113,22 +124,31 @@ def assert_resumes_exactly(
         make_resumed: Builds the loader that loads each state, e.g. with another world size
             or worker count whose batches must equal the reference ones.
         max_state_bytes: Upper bound on the serialized state (``None``: no bound).
+        echo: ``state_dict()`` of a fresh loader right after ``load_state_dict(s)`` must
+            equal ``s``.
+        restore_twice: At the first and last save point, load the same state again into the
+            used loader; its output must be the same again.
+        same_structure: Every state of the uninterrupted run has the keys and leaf types of
+            the first one (grain's state spec).
+        same_states: After a restore, the state after each batch equals the uninterrupted
+            run's state after the same number of batches.
 
     Raises:
-        AssertionError: a state does not round-trip, is too big, or a resumed run differs;
-            the message names the save point, the batch position and the key.
+        AssertionError: a state does not round-trip, is too big, is not echoed, or a
+            resumed run differs; the message names the save point, the batch and the key.
         ValueError: ``passes < 1`` or a save point outside ``[0, total]``.
     """
     if passes < 1:
         raise ValueError(f"passes = {passes} must be >= 1")
-    reference = _run_reference(make_loader(), passes)
-    build = make_resumed or make_loader
+    reference = _run_reference(make_loader(), passes, same_structure)
+    checks = _Checks(make_resumed or make_loader, max_state_bytes, echo, same_states)
     points = _save_points(reference, save_points)
     for step in points:
-        _check_resume(reference, build, step, reference.states[step], "", max_state_bytes)
+        twice = restore_twice and step in (points[0], points[-1])
+        _check_resume(reference, checks, step, reference.states[step], "", twice)
         if step in reference.loop_end_states:
             state = reference.loop_end_states[step]
-            _check_resume(reference, build, step, state, " (after the loop)", max_state_bytes)
+            _check_resume(reference, checks, step, state, " (after the loop)", twice)
 
 
 def assert_batches_equal(expected: Sequence[Any], actual: Sequence[Any], where: str = "") -> None:
@@ -181,7 +201,7 @@ def collect_global_batches(
     return out
 
 
-def _run_reference(loader: StatefulIterable, passes: int) -> _Reference:
+def _run_reference(loader: StatefulIterable, passes: int, same_structure: bool) -> _Reference:
     states = [copy.deepcopy(loader.state_dict())]
     per_pass: list[list[Any]] = []
     loop_end: dict[int, Any] = {}
@@ -196,7 +216,23 @@ def _run_reference(loader: StatefulIterable, passes: int) -> _Reference:
     empty = [index for index, batches in enumerate(per_pass) if not batches]
     if empty:
         raise AssertionError(f"pass(es) {empty} of the uninterrupted run yielded no batch")
+    if same_structure:
+        for step, state in enumerate([*states, *loop_end.values()]):
+            if _structure(state) != _structure(states[0]):
+                raise AssertionError(
+                    f"the state's structure changed (state {step}): {_structure(state)} "
+                    f"instead of {_structure(states[0])}"
+                )
     return _Reference(per_pass, states, loop_end)
+
+
+def _structure(state: Any) -> Any:
+    """Nested keys with leaf type names (lists and tuples are leaves, as in grain's spec)."""
+    if isinstance(state, Mapping):
+        return {key: _structure(value) for key, value in state.items()}
+    if isinstance(state, torch.Tensor):
+        return f"Tensor[{state.dtype}]"
+    return type(state).__name__
 
 
 def _save_points(reference: _Reference, wanted: Iterable[int] | None) -> list[int]:
@@ -215,26 +251,60 @@ def _save_points(reference: _Reference, wanted: Iterable[int] | None) -> list[in
     return sorted(p for p in {0, 1, 2, total, *near_ends, *spread} if 0 <= p <= total)
 
 
+@dataclass(frozen=True)
+class _Checks:
+    build: Callable[[], StatefulIterable]
+    max_state_bytes: int | None
+    echo: bool
+    same_states: bool
+
+
 def _check_resume(
-    reference: _Reference,
-    build: Callable[[], StatefulIterable],
-    step: int,
-    state: Any,
-    how: str,
-    max_state_bytes: int | None,
+    reference: _Reference, checks: _Checks, step: int, state: Any, how: str, twice: bool
 ) -> None:
     pass_index, done = reference.locate(step)
     where = f"save point {step}{how} (pass {pass_index}, after batch {done} of that pass)"
-    loader = build()
-    loader.load_state_dict(_round_trip(state, where, max_state_bytes))
-    expected = reference.remainder(step)
+    saved = _round_trip(state, where, checks.max_state_bytes)
+    loader = checks.build()
+    for attempt in range(2 if twice else 1):
+        again = " (restored again into the used loader)" if attempt else ""
+        loader.load_state_dict(copy.deepcopy(saved))
+        if checks.echo and not attempt:  # a used loader may report its old state until iter()
+            problem = _difference(saved, loader.state_dict(), "state")
+            if problem is not None:
+                raise AssertionError(
+                    f"{where}: state_dict() after load_state_dict(s) is not s: {problem}"
+                )
+        _check_loops(reference, checks, loader, step, where + again, in_loop=not how)
+
+
+def _check_loops(
+    reference: _Reference,
+    checks: _Checks,
+    loader: StatefulIterable,
+    step: int,
+    where: str,
+    in_loop: bool,
+) -> None:
+    """Run the resumed loops; an empty first loop is allowed only for an in-loop state saved
+    after the last batch of a pass (it ends that pass)."""
+    pass_index, done = reference.locate(step)
     at_pass_end = done == len(reference.passes[pass_index]) and done > 0
     first = pass_index + 1 if at_pass_end else pass_index
-    may_skip_empty = at_pass_end
-    for offset, want in enumerate(expected):
-        got = [_detach(batch) for batch in loader]
+    may_skip_empty = at_pass_end and in_loop
+    delivered = step
+    for offset, want in enumerate(reference.remainder(step)):
+        got = []
+        for batch in loader:
+            got.append(_detach(batch))
+            delivered += 1
+            if checks.same_states and delivered < len(reference.states):
+                problem = _difference(reference.states[delivered], loader.state_dict(), "state")
+                if problem is not None:
+                    raise AssertionError(f"{where}: after {delivered} batches: {problem}")
         if may_skip_empty and not got:
             got = [_detach(batch) for batch in loader]
+            delivered += len(got)
         may_skip_empty = False
         _compare_loop(want, got, f"{where}: resumed pass {first + offset}")
 

@@ -76,6 +76,8 @@ def test_a_correct_loader_passes() -> None:
 
 def test_a_skipped_batch_is_named() -> None:
     with pytest.raises(AssertionError, match=r"save point 0 .*batch 0: key 'x'"):
+        assert_resumes_exactly(lambda: Counter(skip_on_restore=1), echo=False)
+    with pytest.raises(AssertionError, match=r"save point 0 .*is not s: key 'next': 1 instead"):
         assert_resumes_exactly(lambda: Counter(skip_on_restore=1))
 
 
@@ -164,6 +166,7 @@ def test_catches_a_stream_loader_that_loses_a_batch(tmp_path: Path) -> None:
             lambda: StreamLoader(stream, rank),
             make_resumed=lambda: SkippingLoader(stream, rank),
             save_points=[3],
+            echo=False,
         )
 
 
@@ -187,3 +190,82 @@ def test_assert_batches_equal_checks_dtype_and_length() -> None:
         assert_batches_equal(one, one * 2)
     with pytest.raises(AssertionError, match="keys"):
         assert_batches_equal(one, [{"y": torch.arange(3)}])
+
+
+class Rewriting(Counter):
+    """Resumes right, but rewrites a loaded pass-end position in another (equivalent) form."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.next_batch == self.size:
+            self.pass_index, self.next_batch = self.pass_index + 1, 0
+
+
+def test_a_state_not_echoed_after_load_is_caught() -> None:
+    """grain's contract: ``state_dict()`` after ``load_state_dict(s)`` is ``s``."""
+    assert_resumes_exactly(Counter, passes=2)
+    with pytest.raises(
+        AssertionError, match=r"save point 3 .*is not s: key 'pass': 1 instead of 0"
+    ):
+        assert_resumes_exactly(lambda: Rewriting(size=3), passes=2, save_points=[3])
+    assert_resumes_exactly(lambda: Rewriting(size=3), passes=2, save_points=[3], echo=False)
+
+
+class RestoresOnce(Counter):
+    """Ignores every state after its first one."""
+
+    loaded = False
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not self.loaded:
+            super().load_state_dict(state)
+        self.loaded = True
+
+
+def test_restoring_a_used_loader_again_is_checked() -> None:
+    with pytest.raises(AssertionError, match="restored again into the used loader"):
+        assert_resumes_exactly(RestoresOnce, save_points=[1, 2, 3])
+    assert_resumes_exactly(RestoresOnce, save_points=[1, 2, 3], restore_twice=False)
+
+
+class EmptyEpochAfterTheLoop(Counter):
+    """The StreamDataset bug of issue 22: a state saved after a pass's loop ended resumes
+    into an empty loop, so a whole epoch is skipped."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.pending_empty = self.next_batch >= self.size
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        if getattr(self, "pending_empty", False):
+            self.pending_empty = False
+            return iter(())
+        return super().__iter__()
+
+
+def test_an_empty_epoch_after_a_loop_end_state_is_caught() -> None:
+    with pytest.raises(AssertionError, match=r"after the loop.*0 batches resumed"):
+        assert_resumes_exactly(lambda: EmptyEpochAfterTheLoop(size=3), passes=2)
+
+
+class MarksRestores(Counter):
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.restored = True
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "restored": getattr(self, "restored", False)}
+
+
+class Growing(Counter):
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        return {**state, "extra": 1} if self.next_batch > 2 else state
+
+
+def test_structure_and_state_sequence_checks() -> None:
+    assert_resumes_exactly(Counter, same_structure=True, same_states=True, passes=2)
+    with pytest.raises(AssertionError, match="structure changed"):
+        assert_resumes_exactly(Growing, same_structure=True)
+    with pytest.raises(AssertionError, match=r"save point 0 .*after 1 batches: key 'restored'"):
+        assert_resumes_exactly(MarksRestores, echo=False, same_states=True)

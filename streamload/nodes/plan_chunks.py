@@ -10,7 +10,7 @@ from streamload.errors import ConfigError
 from streamload.nodes.lookahead import Lookahead
 from streamload.plan.partition import RankSpec
 from streamload.streams.chunks import ChunkPlan
-from streamload.streams.cursor import StreamCursor
+from streamload.streams.cursor import StreamCursor, check_cursor
 from streamload.streams.interface import SampleStream
 
 __all__ = ["PlanChunks"]
@@ -32,6 +32,10 @@ class PlanChunks(BaseNode[ChunkPlan]):
     State:
         ``pass``: the current pass; ``sample``: pass-relative sample where the next chunk
         begins; ``mixture``: ``None``, or per-source counts and the schedule position.
+
+    A state given to ``reset`` is checked like the loader's (``streams/cursor.py``: strict
+    types, a position the stream can stand at, mixture counts derived from the step) and
+    raises ``StateError`` otherwise; ``get_state()`` returns it until the next chunk.
     """
 
     PASS_KEY = "pass"
@@ -67,7 +71,9 @@ class PlanChunks(BaseNode[ChunkPlan]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
-            self._cursor = StreamCursor.from_state(initial_state)
+            cursor = StreamCursor.from_state(initial_state, self.rank.global_batch)
+            check_cursor(self.stream, cursor)
+            self._cursor = cursor
         elif self._started:
             self._cursor = self.stream.next_pass(self._cursor)
         else:

@@ -22,10 +22,19 @@ Within a batch, sources are interleaved evenly (source s's k-th sample sits at f
 Schedules: phase ``p`` starts at global step ``start_step`` with new weights; deficits are
 measured from the phase start, so a change applies exactly at that batch and per-source
 cursors simply continue — no source skips or repeats data because weights changed.
+
+Derivable position: the whole cursor (per-source counts, phase start and its counts) is a
+pure function of the phases, the number of global batches ``step`` and the global batch
+size used for each of them. The cursor carries the latter as ``batch_sizes``, pairs
+``(first step, B)`` starting at step 0 (one pair unless a run was resumed with another
+global batch size), so :func:`replay_cursor` recomputes the cursor from ``step`` alone
+(about a microsecond per step) and a loaded state can be checked field by field.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 from dataclasses import dataclass
 
@@ -36,11 +45,12 @@ __all__ = [
     "Phase",
     "advance_cursor",
     "allocate_batches",
-    "counts_for",
     "batch_counts",
+    "counts_for",
     "effective_weights",
     "interleave",
     "phase_at",
+    "replay_cursor",
 ]
 
 
@@ -80,19 +90,37 @@ def batch_counts(
     Returns:
         int64 ``[S]`` summing to B, each ``floor(w·B)`` or ``ceil(w·B)``.
     """
-    # Plain Python floats: S is small and this runs once per global batch.
-    w = [float(x) for x in weights]
-    have = [int(x) for x in phase_drawn]
-    exact = [x * global_batch for x in w]
-    counts = [math.floor(x) for x in exact]
-    extra = global_batch - sum(counts)
-    if extra > 0:
-        total = phase_samples + global_batch
-        candidates = [i for i, x in enumerate(exact) if x > counts[i]]
-        candidates.sort(key=lambda i: -(w[i] * total - (have[i] + counts[i])))  # stable: ties low
-        for i in candidates[:extra]:
-            counts[i] += 1
-    return np.array(counts, dtype=np.int64)
+    rule = _rule(tuple(float(x) for x in weights), global_batch)
+    return np.array(rule.counts(phase_samples, [int(x) for x in phase_drawn]), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """The allocation rule of one (weights, B): what does not change from batch to batch."""
+
+    weights: tuple[float, ...]
+    floors: tuple[int, ...]
+    extra: int
+    candidates: tuple[int, ...]
+    global_batch: int
+
+    def counts(self, phase_samples: int, since: list[int]) -> list[int]:
+        # Plain Python: S is small and this runs once per global batch (and per replayed one).
+        counts = list(self.floors)
+        if self.extra > 0:
+            w, total = self.weights, phase_samples + self.global_batch
+            order = sorted(self.candidates, key=lambda i: -(w[i] * total - (since[i] + counts[i])))
+            for i in order[: self.extra]:  # sorted is stable: ties go to the lowest index
+                counts[i] += 1
+        return counts
+
+
+@functools.lru_cache(maxsize=256)
+def _rule(weights: tuple[float, ...], global_batch: int) -> _Rule:
+    exact = [x * global_batch for x in weights]
+    floors = tuple(math.floor(x) for x in exact)
+    candidates = tuple(i for i, x in enumerate(exact) if x > floors[i])
+    return _Rule(weights, floors, global_batch - sum(floors), candidates, global_batch)
 
 
 def interleave(counts: np.ndarray) -> np.ndarray:
@@ -112,12 +140,15 @@ class MixtureCursor:
         drawn: Per-source samples drawn since training started.
         phase_step: Step at which the current phase's counting started.
         phase_drawn: ``drawn`` at ``phase_step``.
+        batch_sizes: ``(first step, global batch size)`` of every run of equal global batch
+            sizes so far (empty before the first batch); it makes the rest derivable.
     """
 
     step: int
     drawn: tuple[int, ...]
     phase_step: int
     phase_drawn: tuple[int, ...]
+    batch_sizes: tuple[tuple[int, int], ...] = ()
 
     @classmethod
     def start(cls, num_sources: int) -> MixtureCursor:
@@ -145,21 +176,73 @@ def counts_for(
     return batch_counts(weights, global_batch, samples, since), phase_step, phase_drawn
 
 
+def _walk(
+    phases: tuple[Phase, ...],
+    global_batch: int,
+    cursor: MixtureCursor,
+    count: int,
+    rows: list[tuple[list[int], list[int]]] | None = None,
+) -> MixtureCursor:
+    """The cursor after ``count`` batches from ``cursor``; with ``rows``, append each batch's
+    ``(drawn before, counts)``. The rule of :func:`counts_for` in plain Python lists: one walk
+    serves allocation, advance and replay, so they cannot disagree."""
+    starts = [p.start_step for p in phases]
+    drawn, phase_drawn = list(cursor.drawn), list(cursor.phase_drawn)
+    phase_step, step, end = cursor.phase_step, cursor.step, cursor.step + count
+    while step < end:
+        p = bisect.bisect_right(starts, step) - 1
+        if starts[p] > phase_step:  # a new phase starts at this batch
+            phase_step, phase_drawn = starts[p], list(drawn)
+        stop = min(end, starts[p + 1]) if p + 1 < len(starts) else end
+        rule = _rule(phases[p].weights, global_batch)
+        since = [d - q for d, q in zip(drawn, phase_drawn, strict=True)]
+        samples = sum(since)  # counted, not step * B: B may change on a resume
+        sources = range(len(since))
+        for _ in range(stop - step):
+            counts = rule.counts(samples, since)
+            if rows is not None:
+                rows.append(([q + a for q, a in zip(phase_drawn, since, strict=True)], counts))
+            for i in sources:
+                since[i] += counts[i]
+            samples += global_batch
+        drawn = [q + a for q, a in zip(phase_drawn, since, strict=True)]
+        step = stop
+    sizes = cursor.batch_sizes
+    if count > 0 and (not sizes or sizes[-1][1] != global_batch):
+        sizes = (*sizes, (cursor.step, global_batch))
+    return MixtureCursor(end, tuple(drawn), phase_step, tuple(phase_drawn), sizes)
+
+
 def advance_cursor(
     phases: tuple[Phase, ...], global_batch: int, cursor: MixtureCursor, count: int
 ) -> MixtureCursor:
     """The cursor after ``count`` more global batches (counts only; no per-sample work)."""
-    drawn = np.array(cursor.drawn, dtype=np.int64)
-    phase_drawn = np.array(cursor.phase_drawn, dtype=np.int64)
-    phase_step = cursor.phase_step
-    for step in range(cursor.step, cursor.step + count):
-        counts, phase_step, phase_drawn = counts_for(
-            phases, global_batch, step, phase_step, drawn, phase_drawn
-        )
-        drawn += counts
-    return MixtureCursor(
-        cursor.step + count, tuple(drawn.tolist()), phase_step, tuple(phase_drawn.tolist())
-    )
+    return _walk(phases, global_batch, cursor, count)
+
+
+def replay_cursor(
+    phases: tuple[Phase, ...],
+    num_sources: int,
+    batch_sizes: tuple[tuple[int, int], ...],
+    step: int,
+) -> MixtureCursor:
+    """The cursor after ``step`` global batches from the start, recomputed.
+
+    Args:
+        phases: The mixture's phases.
+        num_sources: S.
+        batch_sizes: ``(first step, B)`` pairs: strictly increasing first steps from 0, each
+            below ``step``, consecutive B different (empty when ``step`` is 0).
+        step: Global batches.
+
+    Returns:
+        The cursor the same run holds after ``step`` batches. O(step).
+    """
+    cursor = MixtureCursor.start(num_sources)
+    ends = [first for first, _ in batch_sizes[1:]] + [step] if batch_sizes else []
+    for (first, size), end in zip(batch_sizes, ends, strict=True):
+        cursor = _walk(phases, size, cursor, end - first)
+    return cursor
 
 
 def allocate_batches(
@@ -171,21 +254,12 @@ def allocate_batches(
         ``sources`` int16 ``[count, B]`` and ``local`` int64 ``[count, B]`` (each sample's
         index in its source's own sequence), and the cursor after them.
     """
-    drawn = np.array(cursor.drawn, dtype=np.int64)
-    phase_drawn = np.array(cursor.phase_drawn, dtype=np.int64)
-    phase_step = cursor.phase_step
-    counts = np.empty((count, drawn.shape[0]), dtype=np.int64)
-    before = np.empty_like(counts)
-    for row in range(count):
-        counts[row], phase_step, phase_drawn = counts_for(
-            phases, global_batch, cursor.step + row, phase_step, drawn, phase_drawn
-        )
-        before[row] = drawn
-        drawn = drawn + counts[row]
+    rows: list[tuple[list[int], list[int]]] = []
+    after = _walk(phases, global_batch, cursor, count, rows)
+    num_sources = len(cursor.drawn)
+    counts = np.array([c for _, c in rows], dtype=np.int64).reshape(count, num_sources)
+    before = np.array([d for d, _ in rows], dtype=np.int64).reshape(count, num_sources)
     sources, local = _place(counts, before, global_batch)
-    after = MixtureCursor(
-        cursor.step + count, tuple(drawn.tolist()), phase_step, tuple(phase_drawn.tolist())
-    )
     return sources, local, after
 
 

@@ -1,13 +1,104 @@
-"""A position in the global sample stream: a value, saved in the loader state."""
+"""A position in the global sample stream: a value, saved in the loader state.
+
+Reading a position from a state is strict, the same at every entry point (the loader's
+envelope, ``StreamDataset``, ``PlanChunks``). Rules (violations raise ``StateError`` naming
+the field, the value and what was expected):
+
+* Integers are ``int`` (or NumPy integers), never ``bool``, ``float`` or ``str``; they are
+  ``>= 0`` (``>= 1`` for a batch size) and below :data:`MAX_STATE_INT`, so every index
+  computed from them stays inside int64.
+* Mappings have exactly their keys: a missing or unknown key is an error.
+* A position must be one the stream can stand at (:func:`check_cursor`): inside its pass
+  (a pass that holds no samples, like Megatron's passes after the first, only at 0), and
+  for mixtures the per-source counts and the schedule position must equal what replaying
+  ``step`` global batches of the recorded sizes gives
+  (:func:`streamload.plan.mixture.replay_cursor`).
+"""
 
 from __future__ import annotations
 
+import itertools
+import numbers
+import reprlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streamload.plan.mixture import MixtureCursor
+from streamload.errors import StateError
+from streamload.plan.mixture import MixtureCursor, replay_cursor
 
-__all__ = ["StreamCursor"]
+if TYPE_CHECKING:
+    from streamload.streams.interface import SampleStream
+
+__all__ = [
+    "CURSOR_FIELDS",
+    "MAX_CHECKED_STEPS",
+    "MAX_STATE_INT",
+    "CursorFields",
+    "StreamCursor",
+    "check_cursor",
+    "read_batch_sizes",
+    "short_repr",
+    "state_int",
+    "state_ints",
+    "state_mapping",
+]
+
+MAX_STATE_INT = 1 << 62
+"""Exclusive bound of every integer in a state: indices derived from it (a sample's index in
+its source, ``epoch · windows + sample``) then stay inside int64; no run comes near it."""
+MAX_CHECKED_STEPS = 1 << 24
+"""Global batches a mixture position is replayed over when loaded (~1 µs each); a state
+claiming more is refused rather than checked for minutes."""
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 40, 40, 40
+
+
+def short_repr(value: Any) -> str:
+    """A bounded ``repr`` (safe on deeply nested or huge values)."""
+    return _REPR.repr(value)
+
+
+def state_int(value: Any, field: str, minimum: int = 0) -> int:
+    """``value`` as an ``int`` in ``[minimum, MAX_STATE_INT)``.
+
+    Raises:
+        StateError: not an integer (``bool``, ``float`` and ``str`` are not), or out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise StateError(f"state {field} = {short_repr(value)} must be an integer >= {minimum}")
+    number = int(value)
+    if number < minimum:
+        raise StateError(f"state {field} = {number} must be an integer >= {minimum}")
+    if number >= MAX_STATE_INT:
+        raise StateError(
+            f"state {field} = {number} is too large (positions stay below 2**62 so that int64 "
+            "indices can be computed from them); the state is corrupt"
+        )
+    return number
+
+
+def state_mapping(
+    value: Any, field: str, keys: Sequence[str], optional: Sequence[str] = ()
+) -> Mapping[str, Any]:
+    """``value`` checked to be a mapping with all of ``keys``, some of ``optional``, no other.
+
+    Raises:
+        StateError: not a mapping, or keys missing or unknown.
+    """
+    expected = ", ".join(repr(k) for k in [*keys, *optional])
+    if not isinstance(value, Mapping):
+        raise StateError(
+            f"state {field} = {short_repr(value)} must be a mapping with keys {expected}"
+        )
+    missing = [repr(k) for k in keys if k not in value]
+    unknown = sorted(repr(k) for k in value if k not in keys and k not in optional)
+    if missing or unknown:
+        problems = [f"missing {', '.join(missing)}"] if missing else []
+        problems += [f"unknown key(s) {', '.join(unknown)}"] if unknown else []
+        raise StateError(f"state {field}: {'; '.join(problems)} (expected keys {expected})")
+    return value
 
 
 @dataclass(frozen=True)
@@ -30,14 +121,194 @@ class StreamCursor:
         mixture = None if m is None else {
             "step": m.step, "drawn": list(m.drawn),
             "phase_step": m.phase_step, "phase_drawn": list(m.phase_drawn),
+            "batch_sizes": [list(pair) for pair in m.batch_sizes],
         }  # fmt: skip
         return {"pass": self.pass_index, "sample": self.sample, "mixture": mixture}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> StreamCursor:
-        """Inverse of :meth:`to_state`."""
-        m = state.get("mixture")
-        mixture = None if m is None else MixtureCursor(
-            int(m["step"]), tuple(m["drawn"]), int(m["phase_step"]), tuple(m["phase_drawn"])
-        )  # fmt: skip
-        return cls(int(state["pass"]), int(state["sample"]), mixture)
+    def from_state(
+        cls, state: Any, global_batch: int | None = None, field: str = "cursor"
+    ) -> StreamCursor:
+        """Inverse of :meth:`to_state`, strict (see the module rules).
+
+        Args:
+            state: ``{"pass", "sample", "mixture"}``.
+            global_batch: The reader's global batch size, taken as the only one used by a
+                mixture state saved before ``batch_sizes`` were recorded.
+            field: The state's name in messages.
+
+        Raises:
+            StateError: a malformed field, named.
+        """
+        state = state_mapping(state, field, ("pass", "sample", "mixture"))
+        m = state["mixture"]
+        mixture = None
+        if m is not None:
+            where = f"{field}.mixture"
+            keys = ("step", "drawn", "phase_step", "phase_drawn")
+            m = state_mapping(m, where, keys, ("batch_sizes",))
+            step = state_int(m["step"], f"{where}.step")
+            sizes = m.get("batch_sizes")
+            mixture = MixtureCursor(
+                step,
+                state_ints(m["drawn"], f"{where}.drawn"),
+                state_int(m["phase_step"], f"{where}.phase_step"),
+                state_ints(m["phase_drawn"], f"{where}.phase_drawn"),
+                read_batch_sizes(sizes, f"{where}.batch_sizes", step, global_batch),
+            )
+        pass_index = state_int(state["pass"], f"{field}.pass")
+        return cls(pass_index, state_int(state["sample"], f"{field}.sample"), mixture)
+
+
+def state_ints(value: Any, field: str) -> tuple[int, ...]:
+    """A list of integers (see :func:`state_int`)."""
+    if not isinstance(value, (list, tuple)):
+        raise StateError(f"state {field} = {short_repr(value)} must be a list of integers")
+    return tuple(state_int(v, f"{field}[{i}]") for i, v in enumerate(value))
+
+
+def read_batch_sizes(
+    value: Any, field: str, step: int, global_batch: int | None
+) -> tuple[tuple[int, int], ...]:
+    """The ``(first step, global batch size)`` pairs of a mixture position.
+
+    ``None`` (a state saved before they were recorded) means ``global_batch`` for every step.
+    The first steps rise strictly from 0 and lie below ``step``; neighbours differ in size.
+
+    Raises:
+        StateError: malformed, or ``None`` without a ``global_batch`` to assume.
+    """
+    if value is None:
+        if step == 0:
+            return ()
+        if global_batch is None:
+            raise StateError(f"state {field} is missing")
+        return ((0, global_batch),)
+    rule = (
+        f"must be [first step, global batch size] pairs, first steps rising from 0 and below "
+        f"the step ({step}), neighbouring sizes different"
+    )
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(p, (list, tuple)) and len(p) == 2 for p in value
+    ):
+        raise StateError(f"state {field} = {short_repr(value)} {rule}")
+    pairs = tuple(
+        (state_int(a, f"{field}[{i}][0]"), state_int(b, f"{field}[{i}][1]", 1))
+        for i, (a, b) in enumerate(value)
+    )
+    firsts = [a for a, _ in pairs]
+    rising = all(x < y for x, y in itertools.pairwise(firsts))
+    changing = all(x[1] != y[1] for x, y in itertools.pairwise(pairs))
+    starts_at_zero = bool(pairs) and firsts[0] == 0 and firsts[-1] < step
+    if not ((not pairs and step == 0) or (starts_at_zero and rising and changing)):
+        raise StateError(f"state {field} = {short_repr(value)} {rule}")
+    return pairs
+
+
+@dataclass(frozen=True)
+class CursorFields:
+    """How the fields of a position are named in a given state's messages."""
+
+    pass_index: str
+    sample: str
+    step: str
+    phase_step: str
+    batch_sizes: str
+    drawn: Callable[[int, str], str]
+    phase_drawn: Callable[[int, str], str]
+
+
+CURSOR_FIELDS = CursorFields(
+    pass_index="cursor.pass",
+    sample="cursor.sample",
+    step="cursor.mixture.step",
+    phase_step="cursor.mixture.phase_step",
+    batch_sizes="cursor.mixture.batch_sizes",
+    drawn=lambda i, name: f"cursor.mixture.drawn[{i}] ({name})",
+    phase_drawn=lambda i, name: f"cursor.mixture.phase_drawn[{i}] ({name})",
+)
+"""Field names of a :meth:`StreamCursor.to_state` position."""
+
+
+def check_cursor(
+    stream: SampleStream,
+    cursor: StreamCursor,
+    fields: CursorFields = CURSOR_FIELDS,
+    slack: int = 0,
+    derive: bool = True,
+) -> None:
+    """Raise unless the stream can stand at ``cursor`` (see the module rules).
+
+    Args:
+        stream: The stream the position is loaded into.
+        cursor: The parsed position.
+        fields: Field names for the messages.
+        slack: Samples a position may lie past the pass end (a ``StreamDataset`` worker's
+            cursor steps over the end by up to ``workers - 1`` batches).
+        derive: Check the mixture counts by replay (off when the user overrides a
+            fingerprint mismatch: the history was made with other weights).
+
+    Raises:
+        StateError: naming the field, its value and what was expected.
+    """
+    p, sample, length = cursor.pass_index, cursor.sample, stream.pass_length
+    if length is not None and sample > length + slack:
+        raise StateError(
+            f"state {fields.sample} = {sample} lies beyond the pass of {length} samples; the "
+            "state was edited or saved for another num_samples"
+        )
+    if p > 0 and sample > 0 and stream.batches_left(stream.start(p), 1) == 0:
+        raise StateError(
+            f"state {fields.pass_index} = {p} with {fields.sample} = {sample}: pass {p} of "
+            "this stream holds no samples (Megatron mode has one pass: only pass 0 has "
+            "samples; a later pass stands at 0); the state was edited or is corrupt"
+        )
+    widest = max(s.num_windows for s in stream.sources)
+    if p * widest + sample >= MAX_STATE_INT:
+        raise StateError(f"state {fields.pass_index} = {p} is too large for this stream")
+    if stream.is_mixture != (cursor.mixture is not None):
+        kind = "a mixture" if stream.is_mixture else "not a mixture"
+        raise StateError(f"the state's position does not fit this stream, which is {kind}")
+    if cursor.mixture is not None:
+        _check_mixture(stream, cursor.sample, cursor.mixture, fields, derive)
+
+
+def _check_mixture(
+    stream: SampleStream, sample: int, m: MixtureCursor, fields: CursorFields, derive: bool
+) -> None:
+    names = [s.name for s in stream.sources]
+    for name_of, counts in ((fields.drawn, m.drawn), (fields.phase_drawn, m.phase_drawn)):
+        if len(counts) != len(names):
+            raise StateError(
+                f"state {name_of(0, names[0])}: {len(counts)} counts for sources {names}"
+            )
+    ends = [first for first, _ in m.batch_sizes[1:]] + [m.step] if m.batch_sizes else []
+    total = sum(
+        size * (end - first) for (first, size), end in zip(m.batch_sizes, ends, strict=True)
+    )
+    sizes = [list(pair) for pair in m.batch_sizes]
+    if total != sample:
+        raise StateError(
+            f"state {fields.step} = {m.step} with {fields.batch_sizes} = {sizes} gives "
+            f"{total} samples, but {fields.sample} = {sample}; the state was edited or is corrupt"
+        )
+    if m.step > MAX_CHECKED_STEPS:
+        raise StateError(
+            f"state {fields.step} = {m.step} exceeds the {MAX_CHECKED_STEPS} global batches "
+            "a mixture position is checked for"
+        )
+    if not derive:
+        return
+    want = replay_cursor(stream.phases, len(names), m.batch_sizes, m.step)
+    found = [(fields.phase_step, m.phase_step, want.phase_step)]
+    found += [(fields.drawn(i, n), m.drawn[i], want.drawn[i]) for i, n in enumerate(names)]
+    found += [
+        (fields.phase_drawn(i, n), m.phase_drawn[i], want.phase_drawn[i])
+        for i, n in enumerate(names)
+    ]
+    for label, value, expected in found:
+        if value != expected:
+            raise StateError(
+                f"state {label} = {value} disagrees with {fields.step} = {m.step} (global "
+                f"batch sizes {sizes}), which give {expected}; the state was edited or is corrupt"
+            )

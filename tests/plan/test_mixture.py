@@ -6,6 +6,8 @@ with zero weights, global batches of 1–128 samples and schedules of several ph
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
@@ -20,6 +22,7 @@ from streamload.plan.mixture import (
     effective_weights,
     interleave,
     phase_at,
+    replay_cursor,
 )
 
 EPS = 1e-9
@@ -128,7 +131,7 @@ def test_worked_example_of_the_module_docstring() -> None:
     phases = (Phase(0, (0.7, 0.3)),)
     sources, local, after = allocate(phases, 4, 3)
     assert counts_of(sources, 2).tolist() == [[3, 1], [3, 1], [2, 2]]
-    assert after == MixtureCursor(3, (8, 4), 0, (0, 0))
+    assert after == MixtureCursor(3, (8, 4), 0, (0, 0), ((0, 4),))
     assert sources[0].tolist() == [0, 0, 1, 0] and local[0].tolist() == [0, 1, 0, 2]
     counts = batch_counts(np.array([0.7, 0.3]), 4, 8, np.array([6, 2]))
     assert counts.tolist() == [2, 2], "deficits 0.4, 0.6: the extra goes to the second source"
@@ -237,3 +240,36 @@ def test_temperature_examples() -> None:
     np.testing.assert_allclose(effective_weights(np.array([1.0, 4.0, 0.0]), 2.0), [1 / 3, 2 / 3, 0])
     flat = effective_weights(np.array([1.0, 9.0]), 1e6)
     np.testing.assert_allclose(flat, [0.5, 0.5], atol=1e-5)
+
+
+@PROPERTY
+@given(schedules(), st.data())
+def test_replay_recomputes_the_cursor_from_the_step_and_batch_sizes(
+    case: Case, data: st.DataObject
+) -> None:
+    """The cursor is derivable: advancing with changing global batch sizes (a resume with
+    another B) and replaying from ``step`` and the recorded ``batch_sizes`` agree."""
+    phases, _, steps = case
+    sizes = data.draw(st.lists(st.integers(1, 64), min_size=1, max_size=3))
+    cursor = MixtureCursor.start(len(phases[0].weights))
+    for size in sizes:
+        cursor = advance_cursor(phases, size, cursor, steps)
+        _, _, allocated = allocate_batches(phases, size, cursor, 2)
+        assert allocated == advance_cursor(phases, size, cursor, 2)
+    firsts = [first for first, _ in cursor.batch_sizes]
+    assert firsts == sorted(set(firsts)) and firsts[0] == 0
+    assert all(a[1] != b[1] for a, b in itertools.pairwise(cursor.batch_sizes))
+    replayed = replay_cursor(phases, len(phases[0].weights), cursor.batch_sizes, cursor.step)
+    assert replayed == cursor
+
+
+def test_a_cursor_records_each_change_of_global_batch_size_once() -> None:
+    phases = (Phase(0, (0.7, 0.3)),)
+    cursor = advance_cursor(phases, 4, MixtureCursor.start(2), 3)
+    assert cursor.batch_sizes == ((0, 4),)
+    assert advance_cursor(phases, 4, cursor, 2).batch_sizes == ((0, 4),)
+    assert advance_cursor(phases, 8, cursor, 0).batch_sizes == ((0, 4),), "no batch, no change"
+    changed = advance_cursor(phases, 8, cursor, 1)
+    assert changed.batch_sizes == ((0, 4), (3, 8))
+    assert advance_cursor(phases, 4, changed, 1).batch_sizes == ((0, 4), (3, 8), (4, 4))
+    assert replay_cursor(phases, 2, (), 0) == MixtureCursor.start(2)
