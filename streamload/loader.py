@@ -8,20 +8,19 @@ Example:
 
 from __future__ import annotations
 
-import enum
 import os
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torchdata.nodes import BaseNode, PinMemory
 
 from streamload.config import DataConfig, load_config
+from streamload.config.loader_args import LoaderOptions, WorkerType, check_loader_args
 from streamload.distributed import resolve_data_parallel
-from streamload.errors import ConfigError
+from streamload.nodes._worker_stats import count_delivered_skips
 from streamload.nodes.map_stage import MapStage
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.materialize import Materialize
@@ -29,7 +28,7 @@ from streamload.nodes.plan_chunks import PlanChunks
 from streamload.nodes.split_batches import SplitBatches
 from streamload.plan.partition import RankSpec
 from streamload.remote.stats import RemoteStats, worker_totals
-from streamload.state import check_fingerprint, cursor_from_state, make_state, read_state
+from streamload.state import load_state, make_state
 from streamload.streams.interface import SampleStream
 
 __all__ = ["Batch", "LoaderOptions", "StreamLoader", "WorkerType", "build_loader"]
@@ -39,48 +38,6 @@ Batch = dict[str, torch.Tensor]
 CHUNK_BYTES = 16 << 20
 """Target size of one chunk of batches handed over by a worker (hand off big)."""
 MAX_CHUNK_BATCHES = 64
-
-
-class WorkerType(str, enum.Enum):
-    """Where loader workers run."""
-
-    THREAD = "thread"
-    """Threads in the training process (the default and the fastest here): no IPC, and the
-    numpy copies and mask kernels release the GIL."""
-    PROCESS = "process"
-    """Processes (like ``torch.utils.data.DataLoader``): chunks return through reused
-    shared-memory slots and are copied once in the main process (see benchmarks/RESULTS.md)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoaderOptions:
-    """How batches are produced; none of these change which sample is where.
-
-    Args:
-        worker_type: Threads or processes for ``num_workers > 0``.
-        prefetch: Chunks in flight beyond one per worker (0: each worker holds one).
-        pin_memory: Pin batches (only when CUDA is available).
-        chunk_batches: Batches per work unit; ``None`` picks about 16 MiB per chunk.
-        multiprocessing_context: ``fork``, ``spawn`` or ``forkserver`` for process workers.
-    """
-
-    worker_type: WorkerType = WorkerType.THREAD
-    prefetch: int = 2
-    pin_memory: bool = False
-    chunk_batches: int | None = None
-    multiprocessing_context: str | None = None
-
-    def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "worker_type", WorkerType(self.worker_type))
-        except ValueError:
-            raise ConfigError(
-                f"worker_type = {self.worker_type!r} is not 'thread' or 'process'"
-            ) from None
-        if self.prefetch < 0:
-            raise ConfigError(f"prefetch = {self.prefetch} must be >= 0")
-        if self.chunk_batches is not None and self.chunk_batches < 1:
-            raise ConfigError(f"chunk_batches = {self.chunk_batches} must be >= 1")
 
 
 class StreamLoader:
@@ -103,17 +60,24 @@ class StreamLoader:
         num_workers: int = 0,
         options: LoaderOptions | None = None,
     ) -> None:
-        _check_args(stream.config, rank, num_workers)
+        self.options = check_loader_args(
+            stream.config,
+            batch_size=rank.batch_size,
+            rank=rank.rank,
+            world_size=rank.world_size,
+            num_workers=num_workers,
+            options=options,
+        )
         self.stream = stream
         self.rank = rank
         self.num_workers = num_workers
-        self.options = options or LoaderOptions()
         self._cursor = stream.start()
         self._delivered = 0
         self._wait = 0.0
         self._ended_by: str | None = None
         self._chain: BaseNode[Batch] | None = None
         self._planner: PlanChunks | None = None
+        self._workers: MapWorkers[Any, Batch] | None = None
         # Only a source policy can end a stream early; others need no end-of-stream look-ahead.
         self._limited = any(source.limit is not None for source in stream.sources)
         length = stream.pass_length
@@ -162,20 +126,25 @@ class StreamLoader:
             self._cursor, self._delivered = self.stream.next_pass(self._cursor), 0
         chain = self._build_chain()
         self._chain = chain
-        return self._run(chain)
+        return self._run(chain, self._workers)
 
-    def _run(self, chain: BaseNode[Batch]) -> Iterator[Batch]:
+    def _run(
+        self, chain: BaseNode[Batch], workers: MapWorkers[Any, Batch] | None
+    ) -> Iterator[Batch]:
         while True:
             if not self._is_current(chain):  # superseded by a newer iter(), close(), restore
                 return
             started = time.perf_counter()
             try:
+                if workers is not None:  # a dead worker fails the next batch, not its chunk
+                    workers.check_workers()
                 batch = next(chain)
             except StopIteration:
                 break
             self._wait += time.perf_counter() - started
             if not self._is_current(chain):  # superseded while this batch was made
                 return
+            count_delivered_skips(self.stream.sources, batch)  # counted once, when delivered
             self._cursor = self.stream.advance(self._cursor, 1, self.rank.global_batch)
             self._delivered += 1
             self._note_end()
@@ -223,16 +192,16 @@ class StreamLoader:
     ) -> None:
         """Continue at the saved position; the next ``iter()`` yields the next sample's batch.
 
+        The state is checked and normalized once; ``state_dict()`` then returns it as saved
+        (with the ``batches`` count of the pass continuing from it).
+
         Raises:
-            StateError: malformed, too new, or saved for other data or config.
+            StateError: malformed, too new, saved for other data or config, or a position
+                this stream cannot stand at (see ``state.py``); the loader is unchanged.
         """
-        current = read_state(state)
-        cursor = cursor_from_state(current, self.stream)
-        check_fingerprint(
-            current["fingerprint"], self.stream.fingerprint(cursor), ignore_fingerprint_mismatch
-        )
+        loaded = load_state(state, self.stream, ignore_fingerprint_mismatch)
         self._close()
-        self._cursor, self._delivered, self._ended_by = cursor, 0, None
+        self._cursor, self._delivered, self._ended_by = loaded.cursor, loaded.batches, None
 
     def stats(self) -> dict[str, Any]:
         """Per-source samples, tokens, epochs and repetition so far (all ranks), and waiting.
@@ -244,7 +213,9 @@ class StreamLoader:
         ``storage`` has, per remote source, the request/retry/fault/cache counters and what
         ``on_error = "skip"`` skipped (:class:`streamload.remote.RemoteStats`): the sum over
         the training process and its loader workers (process workers report theirs with each
-        result; thread workers count in the training process).
+        result; thread workers count in the training process). ``skipped_samples`` counts
+        each skipped sample once, when the batch it is in is delivered (zero tokens, every
+        label -100); chunks read ahead and never delivered count nothing.
         """
         sources = {}
         for source, (name, pos) in zip(
@@ -284,12 +255,13 @@ class StreamLoader:
     def _build_chain(self) -> BaseNode[Batch]:
         plan = PlanChunks(self.stream, self.rank, self._chunk_batches(), self._cursor)
         self._planner = plan
-        work = Materialize(self.stream)
+        work = Materialize(self.stream, count_skipped=True)
         node: BaseNode[Any]
+        self._workers = None
         if self.num_workers == 0:
             node = MapStage(plan, work)
         else:
-            node = MapWorkers(
+            node = self._workers = MapWorkers(
                 plan,
                 work,
                 num_workers=self.num_workers,
@@ -310,21 +282,11 @@ class StreamLoader:
             _shutdown(chain)
 
 
-def _check_args(config: DataConfig, rank: RankSpec, num_workers: int) -> None:
-    if num_workers < 0:
-        raise ConfigError(f"num_workers = {num_workers} must be >= 0")
-    expected = config.global_batch_size
-    if expected is not None and expected != rank.global_batch:
-        raise ConfigError(
-            f"global_batch_size = {expected} in the config, but world_size {rank.world_size}"
-            f" x batch_size {rank.batch_size} = {rank.global_batch}"
-        )
-
-
 def _storage_stats(stream: SampleStream) -> dict[str, Any]:
     """Per remote source: the request, retry, fault and cache counters, and the shards and
     samples skipped under ``on_error = "skip"`` (docs/remote.md), of this process plus what
-    its process workers reported with their results (thread workers count in this process)."""
+    its process workers reported with their results (thread workers count in this process;
+    skipped samples are counted here as their batches are delivered)."""
     out: dict[str, Any] = {}
     for source in stream.sources:
         counters = source.shards.storage_stats()  # skipped shards included (catalog.py)
@@ -380,7 +342,9 @@ def build_loader(
     """
     cfg = load_config(config)
     r, w = resolve_data_parallel(rank, world_size, mesh)
+    opts = check_loader_args(  # before any listing, header read or worker start
+        cfg, batch_size=batch_size, rank=r, world_size=w, num_workers=num_workers, options=options
+    )
     spec = RankSpec(r, w, batch_size)
-    _check_args(cfg, spec, num_workers)  # before any listing or header read
     stream = SampleStream.from_config(cfg)
-    return StreamLoader(stream, spec, num_workers, options)
+    return StreamLoader(stream, spec, num_workers, opts)

@@ -11,9 +11,12 @@ workers have their own index queue): item ``s`` goes to worker ``s % num_workers
 worker serves its items in order, the next item to deliver is always the next message of one
 known queue — no reordering buffer, and no queue lock shared between workers, so a worker
 killed while it waits for work (holding its queue's read lock) stalls nobody. A dead worker is
-noticed within a fraction of a second and reported by name, pid and exit code or signal,
-never a hang. A process worker also watches its parent and exits when the parent dies, so a
-killed training process leaves no orphans.
+reported by name, pid and exit code or signal (:meth:`MapWorkers.check_workers`), never a
+hang, and never only when its own item is due: every ``next()`` and every poll while waiting
+for any result checks all workers, and the loader checks before each batch it delivers, so a
+death is noticed at the next batch even while the other workers keep producing. A process
+worker also watches its parent and exits when the parent dies, so a killed training process
+leaves no orphans.
 
 Items are chunks of batches (megabytes each), so one queue message per chunk is cheap;
 results are written into reused shared-memory slots (:mod:`streamload.nodes._slots`), or
@@ -137,7 +140,8 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             handed over through a slot. 0 disables slots.
 
     Raises:
-        WorkerDiedError: a worker process died (killed, out of memory, crashed).
+        WorkerDiedError: a worker process died (killed, out of memory, crashed), or a worker
+            thread's loop ended; raised by the next call after the death.
         WorkerError: ``fn`` raised an exception that does not pickle (one that does is
             re-raised as itself); either way a note carries the worker's traceback.
 
@@ -190,6 +194,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
     def next(self) -> Y:
         if not self._workers:  # shut down (closed, restored elsewhere, or a worker failed)
             raise StopIteration
+        self.check_workers()  # one that died while the training loop worked fails now
         self._fill()
         if self._delivered == self._submitted:
             raise StopIteration
@@ -271,7 +276,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             try:
                 message, deltas = results.get(timeout=_POLL_SECONDS)
             except queue.Empty:
-                self._check_alive(seq)
+                self.check_workers()  # every worker, not only the one awaited
                 continue
             merge_storage_deltas(deltas)
             if self.method == "process":
@@ -285,16 +290,42 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         add_note(exc, f"(while {type(self).__name__} computed item {seq} in {worker})")
         return exc
 
-    def _check_alive(self, seq: int) -> None:
-        for worker in self._workers:
-            code = getattr(worker, "exitcode", None)
-            if code is not None:
-                self._abandon(join=True)
-                raise WorkerDiedError(
-                    f"loader worker {worker.name} (pid {worker.pid}) {_describe_exit(code)} "
-                    f"while the loader waited for item {seq}; it was killed (out of memory?) "
-                    "or crashed"
-                )
+    def check_workers(self) -> None:
+        """Raise if a worker stopped while the pool runs: a process that exited (killed, out of
+        memory, crashed) or a thread whose loop ended. Cheap (one ``poll`` system call for all
+        processes), so the loader calls it before every batch it delivers: a death is
+        reported at the next batch, not when the dead worker's item is due.
+
+        Raises:
+            WorkerDiedError: naming the worker, its pid and exit code or signal, and the items
+                it held; the pool is stopped first.
+        """
+        worker = self._stopped_worker()
+        if worker is None:
+            return
+        index = self._workers.index(worker)
+        if self.method == "process":
+            worker.join(timeout=_POLL_SECONDS)  # its exit code (a sentinel fires at exit)
+            code = worker.exitcode
+            who = f"{worker.name} (pid {worker.pid}) "
+            who += _describe_exit(code) if code is not None else "exited"
+        else:
+            who = f"{worker.name} (a thread) stopped (its traceback is printed above)"
+        held = [s for s in range(self._delivered, self._submitted) if s % self.num_workers == index]
+        self._abandon(join=True)
+        raise WorkerDiedError(
+            f"loader worker {who} before item {self._delivered} was delivered (it held items "
+            f"{held}); it was killed (out of memory?) or crashed"
+        )
+
+    def _stopped_worker(self) -> Any:
+        """The first worker that is no longer running, or ``None``."""
+        if not self._workers:
+            return None
+        if self.method == "process":
+            ready = set(wait([w.sentinel for w in self._workers], timeout=0))
+            return next((w for w in self._workers if w.sentinel in ready), None)
+        return next((w for w in self._workers if not w.is_alive()), None)
 
     def _shutdown(self) -> None:
         """Stop the workers: each finishes, every result is drained, then they exit."""

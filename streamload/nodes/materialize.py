@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from streamload.nodes._worker_stats import SKIPPED_KEY, skipped_counts
 from streamload.nodes.pack_masks import MaskPacker
 from streamload.nodes.read_windows import WindowReader, mask_skipped
 from streamload.streams.chunks import ChunkPlan
@@ -22,13 +23,22 @@ class Materialize:
 
     Args:
         stream: The sample stream (its config decides masks, EOS and Megatron's switches).
+        count_skipped: Add the chunk's skipped samples per batch and source under
+            ``SKIPPED_KEY`` when there are any (the loader counts them as it delivers each
+            batch, and takes the entry out; :mod:`streamload.nodes._worker_stats`).
     """
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, count_skipped: bool = False) -> None:
         cfg = stream.config
         self.reader = WindowReader(stream, documents=cfg.packing.masks)
         self.packer = MaskPacker(cfg.packing.masks, cfg.eos_token_id, cfg.packing.flags)
+        self.num_sources = len(stream.sources) if count_skipped else 0
 
     def __call__(self, plan: ChunkPlan) -> dict[str, torch.Tensor]:
         chunk = self.reader(plan)
-        return mask_skipped(self.packer(chunk), chunk)  # on_error = "skip" rows: no loss
+        out = mask_skipped(self.packer(chunk), chunk)  # on_error = "skip" rows: no loss
+        if self.num_sources:
+            counts = skipped_counts(chunk, self.num_sources)
+            if counts is not None:
+                out[SKIPPED_KEY] = counts
+        return out

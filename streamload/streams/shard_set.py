@@ -58,16 +58,20 @@ stream touches every shard, so a corpus of more shards than this reopens some in
 (about 10 us each)."""
 
 
-def skip_unreadable(info: ShardInfo, exc: RemoteReadError, samples: int) -> None:
-    """Raise ``exc`` unless ``info``'s source has ``on_error = "skip"``; then count
-    ``samples`` skipped samples, name the object in ``stats()`` and log a warning (the caller
-    zero-fills the samples and masks their labels)."""
+def skip_unreadable(info: ShardInfo, exc: RemoteReadError, samples: int = 0) -> None:
+    """Raise ``exc`` unless ``info``'s source has ``on_error = "skip"``; then name the object
+    in ``stats()`` and log a warning (the caller zero-fills the samples, records their rows in
+    the chunk and masks their labels).
+
+    The samples are not counted here: a chunk may be read and never delivered (prefetched by
+    a worker when the loop stops, read again after a restore), so the loader counts them when
+    it delivers their batch (:meth:`ShardSet.count_skipped`). ``samples`` is ignored (kept for
+    callers).
+    """
     storage = info.storage
     if storage is None or storage.on_error != "skip":
         raise exc
-    stats = storage.store().stats
-    stats.add("skipped_samples", samples)
-    stats.skipped(info.path, str(exc))
+    storage.store().stats.skipped(info.path, str(exc))
     _LOG.warning("streamload: skipping samples of %s (on_error = 'skip'): %s", info.path, exc)
 
 
@@ -137,11 +141,21 @@ class ShardSet:
         local; sources on one storage with equal options share one set of counters).
 
         Process workers count theirs in their own process and report them with each result;
-        ``loader.stats()`` adds them (:mod:`streamload.nodes._worker_stats`)."""
+        ``loader.stats()`` adds them (:mod:`streamload.nodes._worker_stats`). Skipped samples
+        are counted in the training process, as their batches are delivered."""
         for info in self.shards:
             if info.is_remote:
                 return dict(info.storage.store().stats.snapshot())
         return None
+
+    def count_skipped(self, samples: int) -> None:
+        """Add ``samples`` to ``skipped_samples`` of this process's counters of the storage
+        (a no-op when local): the loader calls it for the skipped samples of each batch it
+        delivers, so each is counted once, when delivered."""
+        for info in self.shards:
+            if info.is_remote:
+                info.storage.store().stats.add("skipped_samples", samples)
+                return
 
     def take_skipped(self) -> list[int]:
         """Stream offsets of rows this thread zero-filled under ``on_error = "skip"`` since the
@@ -301,18 +315,17 @@ class ShardSet:
         return done
 
     def _skip_or_raise(self, sid: int, exc: RemoteReadError, start: int, row: np.ndarray) -> None:
-        skip_unreadable(self.shards[sid], exc, samples=1)
+        skip_unreadable(self.shards[sid], exc)
         row[:] = 0
         self._skipped_starts().append(start)
 
     def _skip_rows(self, sid: int, exc: RemoteReadError, starts: np.ndarray) -> None:
         """Rows at stream offsets ``starts`` whose shard ``sid`` has an unreadable document
         index: skipped like unreadable tokens (raises unless ``on_error = "skip"``); rows
-        already skipped this chunk are not counted twice."""
+        already skipped this chunk are recorded once."""
+        skip_unreadable(self.shards[sid], exc)
         skipped = self._skipped_starts()
-        new = np.setdiff1d(starts, np.asarray(skipped, dtype=np.int64))
-        skip_unreadable(self.shards[sid], exc, samples=int(new.size))
-        skipped.extend(new.tolist())
+        skipped.extend(np.setdiff1d(starts, np.asarray(skipped, dtype=np.int64)).tolist())
 
     def _skipped_starts(self) -> list[int]:
         """This thread's stream offsets of the rows skipped since the last take."""
