@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import streamload
-from streamload.catalog.sources import SourceCatalog, describe_source
+from streamload.catalog.sources import SourceCatalog, describe_source, describe_sources
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
@@ -280,6 +280,19 @@ def test_eos_zero_ending_the_last_document_is_kept(tmp_path: Path) -> None:
     assert info.num_tokens == 514_128
     assert info.meta["zero_tail"] == 777
     assert np.array_equal(open_shard(info).tokens(0, info.num_tokens), stream)
+
+
+def test_a_configs_eos_token_id_reaches_the_zero_tail_rule(tmp_path: Path) -> None:
+    """Through a config (describe_sources), not only the format API: eos_token_id = 0 keeps
+    the final EOS; without it the trailing zero is padding."""
+    write_tatm(tmp_path, [np.array([5, 6, 0, 7, 0])], capacity=9, dtype="uint16")
+    base: dict[str, Any] = {"seq_len": 2, "sources": [{"name": "t", "path": str(tmp_path)}]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the zero-tail warning
+        with_eos = describe_sources(streamload.load_config({**base, "eos_token_id": 0}))
+        without = describe_sources(streamload.load_config(base))
+    assert with_eos[0].num_tokens == 5
+    assert without[0].num_tokens == 4
 
 
 @pytest.mark.parametrize(
