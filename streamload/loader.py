@@ -20,10 +20,9 @@ from torchdata.nodes import BaseNode, PinMemory
 from streamload.config import DataConfig, load_config
 from streamload.config.loader_args import LoaderOptions, WorkerType, check_loader_args
 from streamload.distributed import resolve_data_parallel
-from streamload.nodes._worker_stats import count_delivered_skips
 from streamload.nodes.map_stage import MapStage
 from streamload.nodes.map_workers import MapWorkers
-from streamload.nodes.materialize import Materialize
+from streamload.nodes.materialize import Materialize, count_delivered_skips
 from streamload.nodes.plan_chunks import PlanChunks
 from streamload.nodes.split_batches import SplitBatches
 from streamload.plan.partition import RankSpec

@@ -20,6 +20,7 @@ from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile
+from streamload.remote.clients import client_options, limit_client_retries
 from streamload.remote.retry import retrying
 from streamload.remote.versions import object_version
 
@@ -39,21 +40,30 @@ TOKEN_SUFFIXES = (".npy", ".bin", ".pbin", ".ds")
 _GLOB_CHARS = "*?["
 
 
-def source_filesystem(source: SourceConfig) -> tuple[Any, list[str]]:
-    """The fsspec file system of a source and its path entries stripped of the protocol.
+def source_filesystem(
+    source: SourceConfig, storage: StorageConfig | None = None
+) -> tuple[Any, list[str]]:
+    """The fsspec file system of a source and its path entries stripped of the protocol; with
+    ``storage``, its client retries nothing itself and times out like our requests
+    (:mod:`streamload.remote.clients`).
 
     Raises:
         ConfigError: entries use different protocols, or fsspec cannot open the protocol.
     """
+    protocol = fsspec.core.split_protocol(source.paths[0])[0] or "file"
+    options = dict(source.storage_options)
+    if storage is not None:
+        options = client_options(protocol, options, storage)
     try:
-        fs, _ = fsspec.core.url_to_fs(source.paths[0], **source.storage_options)
+        fs, _ = fsspec.core.url_to_fs(source.paths[0], **options)
     except (ImportError, ValueError) as exc:
         raise ConfigError(
             f"source {source.name!r}: cannot open {source.paths[0]!r}: {exc}"
         ) from exc
+    limit_client_retries(fs)
     stripped = []
     for entry in source.paths:
-        other, _ = fsspec.core.url_to_fs(entry, **source.storage_options)
+        other, _ = fsspec.core.url_to_fs(entry, **options)
         if type(other) is not type(fs):
             raise ConfigError(
                 f"source {source.name!r}: paths mix storage protocols ({source.paths[0]!r} and "
@@ -73,10 +83,11 @@ def list_source_files(
         ConfigError: a path does not exist, matches nothing, or a file is listed twice.
         RemoteReadError: a listing kept failing.
     """
-    fs, entries = source_filesystem(source)
+    fs, entries = source_filesystem(source, storage)
     files: list[ListedFile] = []
     for raw, entry in zip(source.paths, entries, strict=True):
-        found = retrying(storage, f"listing {raw}", _expand, fs, entry)
+        infos = retrying(storage, f"listing {raw}", _expand, fs, entry)
+        found = sorted((_listed(fs, i, rel, storage) for i, rel in infos), key=lambda f: f.path)
         if not found:
             raise ConfigError(
                 f"source {source.name!r}: {raw!r} holds no token files "
@@ -100,7 +111,9 @@ def _is_file(fs: Any, info: dict[str, Any]) -> bool:
     return kind == "file" or (kind in ("other", "link") and fs.isfile(info["name"]))
 
 
-def _expand(fs: Any, entry: str) -> list[ListedFile]:
+def _expand(fs: Any, entry: str) -> list[tuple[dict[str, Any], str]]:
+    """The listed entries (fsspec infos) of one path entry, each with its relative path: one
+    attempt of a few requests (exists/isdir/isfile, then ls/glob/info)."""
     # An existing path wins over a glob reading, so a folder named "run[1]" works.
     if any(c in entry for c in _GLOB_CHARS) and not fs.exists(entry):
         root = entry[: min(entry.find(c) for c in _GLOB_CHARS if c in entry)]
@@ -122,19 +135,25 @@ def _expand(fs: Any, entry: str) -> list[ListedFile]:
         with contextlib.suppress(FileNotFoundError):  # isdir/isfile say False on any error:
             fs.info(entry)  # raise that one (retried) unless the path is missing
         raise ConfigError(f"{entry}: no such file or folder")
-    listed = [_listed(fs, i, _relative(i["name"], root)) for i in files]
-    return sorted(listed, key=lambda f: f.path)
+    return [(i, _relative(i["name"], root)) for i in files]
 
 
-def _single(fs: Any, path: str) -> ListedFile:
+def _single(fs: Any, path: str) -> tuple[dict[str, Any], str]:
     info = fs.info(path)
-    return _listed(fs, info, posixpath.basename(info["name"]))
+    return info, posixpath.basename(info["name"])
 
 
-def _listed(fs: Any, info: dict[str, Any], relpath: str) -> ListedFile:
-    """A listed file; a listing without sizes (an HTTP index page) asks for each file's."""
+def _info(fs: Any, path: str) -> dict[str, Any]:
+    return dict(fs.info(path))
+
+
+def _listed(
+    fs: Any, info: dict[str, Any], relpath: str, storage: StorageConfig | None
+) -> ListedFile:
+    """A listed file; a listing without sizes (an HTTP index page) asks for each file's, in a
+    call of its own (bounded and retried as ``storage`` says)."""
     if info.get("size") is None:
-        info = fs.info(info["name"])
+        info = retrying(storage, f"metadata of {info['name']}", _info, fs, info["name"])
         if info.get("size") is None:
             raise ConfigError(
                 f"{info['name']}: the store gives no size for this file (no Content-Length); "

@@ -11,10 +11,20 @@ import enum
 import os
 from dataclasses import dataclass
 
-from streamload.config.checks import check_int, to_enum
+from streamload.config.checks import check_int, check_number, check_path, to_enum
 from streamload.errors import ConfigError
 
-__all__ = ["CACHE_DIR_ENV", "RangeClient", "StorageConfig", "WindowReads", "default_cache_dir"]
+__all__ = [
+    "CACHE_DIR_ENV",
+    "MAX_BLOCK_SIZE",
+    "MAX_CONCURRENCY",
+    "MAX_RETRIES",
+    "MAX_SECONDS",
+    "RangeClient",
+    "StorageConfig",
+    "WindowReads",
+    "default_cache_dir",
+]
 
 
 class WindowReads(str, enum.Enum):
@@ -44,6 +54,15 @@ class RangeClient(str, enum.Enum):
     (``s3``, ``gs``, ``az``) or to ``http(s)`` URLs as they are (~0.35 ms of CPU per GET); a
     listed ETag is checked on every answer. No fallback: a refused signature is an error."""
 
+
+MAX_RETRIES = 100
+"""Most further attempts of one request (each costs up to ``timeout``: more is a hang)."""
+MAX_SECONDS = 86_400.0
+"""Longest ``timeout``, ``backoff``, ``stall_warning`` and ``stall_timeout`` (a day)."""
+MAX_CONCURRENCY = 1024
+"""Most requests in flight per process (each holds a thread and a connection)."""
+MAX_BLOCK_SIZE = 1 << 30
+"""Largest ``block_size`` (a block is one request, held in memory whole)."""
 
 CACHE_DIR_ENV = "STREAMLOAD_CACHE_DIR"
 """Environment variable naming the cache folder when ``cache_dir`` is unset."""
@@ -109,24 +128,21 @@ class StorageConfig:
             self, "window_reads", to_enum(WindowReads, self.window_reads, "storage.window_reads")
         )
         object.__setattr__(self, "client", to_enum(RangeClient, self.client, "storage.client"))
-        if self.cache_dir is not None and (
-            not isinstance(self.cache_dir, str) or not self.cache_dir
-        ):
-            raise ConfigError(f"storage.cache_dir = {self.cache_dir!r} must be a folder path")
-        check_int(self.block_size, "storage.block_size", 1)
+        if self.cache_dir is not None:
+            check_path(self.cache_dir, "storage.cache_dir")
+        check_int(self.block_size, "storage.block_size", 1, MAX_BLOCK_SIZE)
         check_int(self.cache_size, "storage.cache_size", 0)
         check_int(self.memory_size, "storage.memory_size", 0)
         check_int(self.prefetch_batches, "storage.prefetch_batches", 0)
-        check_int(self.max_concurrency, "storage.max_concurrency", 1)
-        check_int(self.retries, "storage.retries", 0)
+        check_int(self.max_concurrency, "storage.max_concurrency", 1, MAX_CONCURRENCY)
+        check_int(self.retries, "storage.retries", 0, MAX_RETRIES)
         check_int(self.whole_shard_size, "storage.whole_shard_size", 0)
         check_int(self.coalesce_gap, "storage.coalesce_gap", 0)
-        for name in ("backoff", "timeout", "stall_warning", "stall_timeout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ConfigError(f"storage.{name} = {value!r} must be a number >= 0")
-        if self.timeout == 0 or self.stall_timeout == 0:
-            raise ConfigError("storage.timeout and storage.stall_timeout must be > 0 seconds")
+        for name in ("backoff", "stall_warning"):
+            check_number(getattr(self, name), f"storage.{name}", 0, maximum=MAX_SECONDS)
+        for name in ("timeout", "stall_timeout"):  # 0 would fail every request at once
+            check_number(getattr(self, name), f"storage.{name}", 0, exclusive=True,
+                         maximum=MAX_SECONDS)  # fmt: skip
         if self.cache_size and self.cache_size < self.block_size:
             raise ConfigError(
                 f"storage.cache_size = {self.cache_size} must hold at least one block "

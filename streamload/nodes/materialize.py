@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
-from streamload.nodes._worker_stats import SKIPPED_KEY, skipped_counts
+from streamload.nodes._worker_stats import SKIPPED_KEY, count_delivered_skips, skipped_counts
 from streamload.nodes.pack_masks import MaskPacker
 from streamload.nodes.read_windows import WindowReader, mask_skipped
 from streamload.streams.chunks import ChunkPlan
 
-__all__ = ["Materialize"]
+__all__ = ["Materialize", "count_delivered_skips"]  # the loader counts what it delivers
 
 
 class Materialize:

@@ -4,6 +4,11 @@
   coalesced range requests with bounded concurrency, in-flight sharing, stall watchdog;
 * :mod:`~streamload.remote.block_cache` — the bounded, lock-free disk cache (LRU);
 * :mod:`~streamload.remote.fetch` — requests with timeouts, retries and backoff;
+* :mod:`~streamload.remote.retry` — the one retry loop and its end-to-end request budget, for
+  reads, listings and metadata alike; :mod:`~streamload.remote.bounded` — every attempt on a
+  daemon thread, abandoned when it does not answer in time; :mod:`~streamload.remote.clients`
+  — the client libraries' own retries off; :mod:`~streamload.remote.stalls` — objects that
+  stopped answering fail at once for a while;
 * :mod:`~streamload.remote.array` — array/file views that formats read through;
 * :mod:`~streamload.nodes.lookahead` — fetching the next batches' windows ahead;
 * :mod:`~streamload.remote.stats` — counters reported by ``loader.stats()["storage"]``.

@@ -1,31 +1,33 @@
 """Remote requests with a timeout, retries and exponential backoff.
 
-Every request runs in a thread of a bounded pool and is waited for with ``storage.timeout``;
-a request that does not answer in time is abandoned (its thread finishes in the background)
-and retried, so a hung connection costs one timeout, not the job. Errors that retrying cannot
-fix (missing object, access denied) fail at once; everything else (connection resets, 5xx,
-throttling, truncated bodies) is retried ``storage.retries`` times, the wait doubling from
-``storage.backoff`` (with jitter, capped at ``listing.MAX_BACKOFF``: :func:`listing.retry_pause`).
+Every request runs on a daemon thread of a bounded pool (:mod:`streamload.remote.bounded`)
+and is waited for with ``storage.timeout``; a request that does not answer in time is
+abandoned (its thread no longer counts against the pool, and the process never waits for it
+to exit) and retried, so a hung connection costs one timeout, not the job. Errors that
+retrying cannot fix (missing object, access denied) fail at once; everything else
+(connection resets, 5xx, throttling, truncated bodies) is retried ``storage.retries`` times,
+the wait doubling from ``storage.backoff`` (:func:`streamload.remote.retry.call_with_retries`:
+the one retry loop); when no attempt got an answer, the error is a ``RemoteStallError`` and
+the object is held as stalled for a while (:mod:`streamload.remote.stalls`).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from streamload.config.storage import RangeClient, StorageConfig
-from streamload.errors import PROGRAMMING_ERRORS, ConfigError, FormatError, RemoteReadError
+from streamload.errors import ConfigError, RemoteReadError, RemoteStallError
+from streamload.remote.bounded import DaemonPool
 from streamload.remote.handle import RemoteObject
 from streamload.remote.http_client import HttpRangeClient, SignatureRefused
-from streamload.remote.retry import retry_pause
+from streamload.remote.retry import PERMANENT_ERRORS, BadAnswer, call_with_retries
+from streamload.remote.stalls import StalledObjects
 from streamload.remote.stats import RemoteStats
 
 __all__ = ["PERMANENT_ERRORS", "RangeFetcher"]
-
-PERMANENT_ERRORS = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
-"""Errors no retry can fix (fsspec maps 404 and 403 to the first two)."""
 
 T = TypeVar("T")
 _LOG = logging.getLogger("streamload.remote")
@@ -52,10 +54,11 @@ class RangeFetcher:
         self.config = config
         self.stats = stats
         self.http = http
-        # Twice the concurrency: abandoned (timed-out) requests may still hold a thread.
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=2 * config.max_concurrency, thread_name_prefix="streamload-request"
-        )
+        # Twice the concurrency: header reads at start-up and companion metadata run beside
+        # the range reads (abandoned requests do not count: bounded.DaemonPool).
+        self._pool = DaemonPool(2 * config.max_concurrency, "streamload-request")
+        self.stalls = StalledObjects(config)
+        """Objects that stopped answering, failed at once for a while."""
 
     def fetch(self, obj: RemoteObject, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of ``obj``; a shorter answer counts as a failed attempt.
@@ -121,44 +124,35 @@ class RangeFetcher:
         check: Callable[[Any], T] | None = None,
         **kwargs: Any,
     ) -> Any:
-        """Run ``fn(*args, **kwargs)`` with the timeout and retries; ``check`` validates."""
-        attempts = self.config.retries + 1
-        last = "no attempt"
-        for attempt in range(attempts):
-            if attempt:
-                self.stats.add("retries")
-                retry_pause(self.config.backoff, attempt)
-            self.stats.add("requests")
-            future = self._pool.submit(fn, *args, **kwargs)
-            try:
-                result = future.result(timeout=self.config.timeout)
-                return check(result) if check is not None else result
-            except concurrent.futures.TimeoutError:
-                self.stats.add("timeouts")
-                last = f"no answer within storage.timeout = {self.config.timeout} s"
-            except PERMANENT_ERRORS as exc:
-                raise RemoteReadError(
-                    f"{url}: cannot read {what}: {type(exc).__name__}: {exc}; the object is "
-                    "missing or not readable with these storage_options"
-                ) from exc
-            except (FormatError, ConfigError, RemoteReadError, *PROGRAMMING_ERRORS):
-                raise  # a corrupt header stays corrupt; a nested read already retried
-            except _Truncated as exc:
-                last = str(exc)
-            except Exception as exc:  # network, server and client errors are retried
-                self.stats.add("errors")
-                last = f"{type(exc).__name__}: {exc}"
-        raise RemoteReadError(
-            f"{url}: {what} still unreadable after {attempts} attempts "
-            f"(storage.retries = {self.config.retries}); last failure: {last}"
-        )
+        """Run ``fn(*args, **kwargs)`` with the timeout and retries; ``check`` validates.
+
+        Raises:
+            RemoteStallError: no attempt answered within ``storage.timeout``, or the object
+                is held as stalled (:mod:`streamload.remote.stalls`).
+            RemoteReadError: the object is missing or denied, or every attempt failed.
+            StreamloadError: what ``fn`` raised on purpose (a corrupt header), at once.
+        """
+        self.stalls.check(url, what)
+        call = functools.partial(fn, **kwargs) if kwargs else fn
+        try:
+            result = call_with_retries(
+                self.config, url, what, call, *args, pool=self._pool, stats=self.stats, check=check
+            )
+        except RemoteStallError as exc:
+            self.stalls.stalled(url, exc)
+            raise
+        except RemoteReadError:
+            self.stalls.answered(url)
+            raise
+        self.stalls.answered(url)
+        return result
 
     def close(self) -> None:
         """Stop accepting requests (running ones finish in the background)."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
         if self.http is not None:
             self.http.close()
 
 
-class _Truncated(Exception):
+class _Truncated(BadAnswer):
     """A response shorter than the requested range."""

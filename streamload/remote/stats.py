@@ -22,6 +22,10 @@ class RemoteStats:
     (responses shorter than asked), ``memory_hits``, ``disk_hits``, ``fetched_blocks``,
     ``evicted_blocks``, ``stall_warnings``, ``skipped_shards``, ``skipped_samples`` and
     ``skipped`` (the objects skipped under ``on_error = "skip"``, by name).
+    ``skipped_samples`` counts delivered samples: the loader adds each batch's skipped samples
+    in the training process when it delivers the batch (readers, in whichever worker, only
+    name the object), so a sample read but never delivered counts nothing and one delivered
+    again after a restore counts again (:mod:`streamload.nodes._worker_stats`).
     """
 
     FIELDS = (

@@ -37,6 +37,8 @@ import numpy as np
 
 from streamload.errors import RemoteReadError, RemoteStallError
 from streamload.remote.block_cache import DiskBlockCache
+from streamload.remote.bounded import DaemonPool
+from streamload.remote.clients import client_options, limit_client_retries
 from streamload.remote.download import WholeFiles
 from streamload.remote.fetch import RangeFetcher
 from streamload.remote.handle import RemoteObject, StorageHandle
@@ -112,7 +114,8 @@ class RemoteStore:
         self.handle = handle
         self.config = cfg = handle.config
         self.stats = RemoteStats()
-        self.fs = fsspec.filesystem(handle.protocol, **handle.options)
+        options = client_options(handle.protocol, handle.options, cfg)  # our retries only
+        self.fs = limit_client_retries(fsspec.filesystem(handle.protocol, **options))
         http = http_client_for(self.fs, handle.protocol, handle.options, cfg)
         self.fetcher = RangeFetcher(self.fs, cfg, self.stats, http)
         self.disk = (
@@ -120,9 +123,8 @@ class RemoteStore:
             if cfg.cache_size
             else None
         )
-        self._jobs = concurrent.futures.ThreadPoolExecutor(
-            max_workers=cfg.max_concurrency, thread_name_prefix="streamload-fetch"
-        )
+        # Daemon threads: a process exits without waiting for fetches still retrying.
+        self._jobs = DaemonPool(cfg.max_concurrency, "streamload-fetch")
         self._lock = threading.Lock()
         self._memory: OrderedDict[_Key, bytes] = OrderedDict()
         self._memory_bytes = 0
@@ -310,12 +312,17 @@ class RemoteStore:
         pieces = layout.pieces
         got: list[Any] = []
         since = time.monotonic()  # the object's last progress: one stall fails the rest at once
+        stalled: RemoteStallError | None = None  # (the watchdog's, or every attempt timed out)
         for piece, item in zip(pieces, self.schedule(obj, pieces, disk_inline=True), strict=True):
+            if stalled is not None and not isinstance(item, bytes) and not item.done():
+                got.append(stalled)
+                continue
             try:
                 data = item if isinstance(item, bytes) else self._wait(obj, item, *piece, since)
                 got.append(memoryview(data))
             except RemoteStallError as exc:  # on_error decides per window
                 got.append(exc)
+                stalled = exc
                 continue
             except RemoteReadError as exc:  # the store answered (an error): progress
                 got.append(exc)
@@ -360,7 +367,7 @@ class RemoteStore:
         """Stop this store's pools (queued fetches are cancelled; running ones finish in the
         background). Stores live as long as their process; this is for stores built directly
         rather than through :meth:`for_handle`."""
-        self._jobs.shutdown(wait=False, cancel_futures=True)
+        self._jobs.shutdown()
         self.fetcher.close()
 
     def drain(self, timeout: float = 60.0) -> bool:

@@ -178,3 +178,40 @@ def test_fingerprint_changes_with_names_order_and_dtype(make_corpus: Callable) -
     assert reordered != before
     corpus.paths[0].rename(corpus.folder / "shard_00009.bin")
     assert fingerprint(corpus.folder, "uint16") != before
+
+
+@pytest.mark.parametrize(
+    ("entry", "mode"),
+    [("corpus/", "request"), ("corpus/shard.bin", "body"), ("corpus/*.bin", "request")],
+)
+def test_a_stalled_http_listing_fails_within_the_budget(mode: str, entry: str) -> None:
+    """A store that accepts the connection and never answers (or answers the headers, never
+    the body): listing a folder, a file or a glob fails naming it once every attempt has
+    timed out (docs/remote.md, "Faults"), not after the client library's own timeouts."""
+    import threading
+    import time
+
+    from streamload.config.storage import StorageConfig
+    from streamload.errors import RemoteStallError
+    from tests.servers.stall import StallingProxy, StallPlan
+
+    storage = StorageConfig(timeout=0.5, retries=1, backoff=0.01)
+    budget = 2 * 0.5 + 0.01
+    with StallingProxy(None, StallPlan(mode=mode)) as proxy:
+        source = SourceConfig(name="web", path=f"{proxy.endpoint}/{entry}")
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                list_source_files(source, storage)
+            except BaseException as exc:
+                failed.append(exc)
+
+        began = time.monotonic()
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(budget + 15.0)
+        assert failed, f"still listing after {time.monotonic() - began:.0f} s"
+    assert isinstance(failed[0], RemoteStallError), repr(failed[0])
+    assert f"{proxy.endpoint}/corpus" in str(failed[0])
+    assert "storage.timeout = 0.5" in str(failed[0])
