@@ -16,6 +16,12 @@ on the fly (the tokenizer file's content is not in the key), when a shard was sk
 transient fault must not be remembered), or without a disk cache (``cache_size = 0``).
 Entries are small (a few hundred bytes per shard) and never evicted; delete the folder to
 reclaim them.
+
+A ``storage.cache_dir`` that is a file (or lies below one) is a configuration mistake: a
+:class:`~streamload.errors.ConfigError` naming it. A cache folder that cannot be written
+(read-only, full) only costs later start-ups their header reads: entries already there are
+read, and one warning per folder and process names it (as the disk cache of remote reads
+does, docs/remote.md).
 """
 
 from __future__ import annotations
@@ -29,16 +35,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from streamload.catalog.listing import Siblings
+from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
 from streamload.util.files import write_atomic
 
-__all__ = ["SCHEMA", "catalog_key", "load_catalog", "save_catalog"]
+__all__ = ["SCHEMA", "catalog_key", "check_cache_root", "load_catalog", "save_catalog"]
 
 SCHEMA = "streamload-catalog-1"
 """Version of the key and the entry layout (change it when ShardInfo or describing changes)."""
 
 _FIELDS = [f.name for f in dataclasses.fields(ShardInfo) if f.name != "storage"]
 _LOG = logging.getLogger("streamload.remote")
+_WARNED: set[str] = set()
+"""Cache folders this process already warned it cannot write (one warning each)."""
 
 Job = tuple[ListedFile, ReadOptions, Siblings]
 """A file to describe: as listed, its read options, and its folder's files and versions."""
@@ -57,7 +66,7 @@ def catalog_key(fmt: str, jobs: Sequence[Job]) -> str | None:
             text = json.dumps(sorted(siblings.versions.items()))
             folder = folders[id(siblings)] = hashlib.sha256(text.encode()).hexdigest()
         fields = (listed.path, listed.relpath, listed.size, listed.version, options.dtype,
-                  options.meta_dtype, options.vocab_size, folder)  # fmt: skip
+                  options.meta_dtype, options.vocab_size, options.eos_token_id, folder)  # fmt: skip
         digest.update(json.dumps(fields).encode() + b"\n")
     return digest.hexdigest()
 
@@ -66,9 +75,31 @@ def _path(root: str, key: str) -> str:
     return os.path.join(root, "catalog", key[:2], f"{key}.json")
 
 
+def check_cache_root(root: str) -> None:
+    """Raise when the catalog's folder cannot be a folder: ``root`` (or ``root/catalog``, or
+    the nearest existing folder above them) is a file.
+
+    Raises:
+        ConfigError: naming ``storage.cache_dir`` and the file in the way.
+    """
+    probe = os.path.join(os.path.abspath(root), "catalog")
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if os.path.lexists(probe) and not os.path.isdir(probe):
+        raise ConfigError(
+            f"storage.cache_dir = {root!r}: {probe} is a file; expected a folder (the disk "
+            "cache of remote reads and of shard descriptions, docs/remote.md)"
+        )
+
+
 def load_catalog(root: str, key: str, storage: Any) -> list[ShardInfo] | None:
     """The shards cached under ``key`` (bound to ``storage``), or ``None`` (a miss, or an entry
-    that does not parse: it is described again and rewritten)."""
+    that does not parse: it is described again and rewritten).
+
+    Raises:
+        ConfigError: ``root`` is a file (:func:`check_cache_root`).
+    """
+    check_cache_root(root)
     try:
         with open(_path(root, key), encoding="utf-8") as fh:
             entry = json.load(fh)
@@ -89,5 +120,12 @@ def save_catalog(root: str, key: str, shards: Sequence[ShardInfo]) -> None:
     path = _path(root, key)
     try:
         write_atomic(path, json.dumps(entry))
-    except (OSError, TypeError, ValueError) as exc:
+    except OSError as exc:
+        if root not in _WARNED:
+            _WARNED.add(root)
+            _LOG.warning(
+                "streamload: cannot cache shard descriptions in storage.cache_dir = %r (%s: "
+                "%s); later start-ups read the headers again", root, path, exc.strerror or exc
+            )  # fmt: skip
+    except (TypeError, ValueError) as exc:  # a field JSON cannot hold: describe next time
         _LOG.debug("streamload: cannot cache the shard descriptions at %s: %s", path, exc)

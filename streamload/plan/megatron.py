@@ -49,6 +49,7 @@ __all__ = [
     "build_gpt_indices",
     "build_sample_index",
     "build_shuffle_index",
+    "gpt_index_dtypes",
     "num_epochs",
     "num_samples_in_index",
     "parse_split",
@@ -61,6 +62,7 @@ SEPARATE_LAST_EPOCH_THRESHOLD = 0.80
 """The last epoch is shuffled apart when it holds fewer than this share of an epoch's samples."""
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
+_UINT32_MAX = int(np.iinfo(np.uint32).max)
 
 
 class GPTIndices(NamedTuple):
@@ -202,6 +204,10 @@ def _sample_index_dtype(num_documents: int, sequence_lengths: np.ndarray) -> typ
     return np.int32 if largest <= _INT32_MAX else np.int64
 
 
+def _shuffle_index_dtype(total_size: int) -> type[np.integer]:
+    return np.int64 if total_size >= _UINT32_MAX - 1 else np.uint32
+
+
 def build_sample_index(
     sequence_lengths: np.ndarray,
     document_index: np.ndarray,
@@ -279,7 +285,7 @@ def build_shuffle_index(
 
     uint32, or int64 when ``total_size >= 2**32 - 2`` (megatron's ``_build_shuffle_index``).
     """
-    dtype = np.int64 if total_size >= np.iinfo(np.uint32).max - 1 else np.uint32
+    dtype = _shuffle_index_dtype(total_size)
     first = np.arange(0, num_samples, dtype=dtype)
     rng.shuffle(first)
     if num_samples == total_size:
@@ -340,3 +346,16 @@ def build_gpt_indices(
     total = sample_index.shape[0] - 1
     shuffle_index = build_shuffle_index(n_sans if separate else total, total, rng)
     return GPTIndices(document_index, sample_index, shuffle_index)
+
+
+def gpt_index_dtypes(
+    num_documents: int, sequence_lengths: np.ndarray, num_samples: int
+) -> tuple[np.dtype, np.dtype, np.dtype]:
+    """The dtypes megatron-core gives the document, sample and shuffle index of a dataset with
+    ``num_documents`` document-index entries and ``num_samples`` samples (int32; int32 or
+    int64; uint32 or int64)."""
+    return (
+        np.dtype(np.int32),
+        np.dtype(_sample_index_dtype(num_documents, sequence_lengths)),
+        np.dtype(_shuffle_index_dtype(num_samples)),
+    )

@@ -24,21 +24,38 @@ from typing import NamedTuple
 import numpy as np
 
 from streamload.errors import ConfigError
-from streamload.plan.megatron import GPTIndices, build_gpt_indices, split_ranges
+from streamload.plan.megatron import (
+    GPTIndices,
+    build_gpt_indices,
+    gpt_index_dtypes,
+    num_epochs,
+    num_samples_in_index,
+    split_ranges,
+)
 from streamload.plan.megatron_blend import blend_sizes, blended_dataset_indices, normalize
 
 __all__ = [
     "SPLIT_NAMES",
     "DatasetSpec",
+    "IndexSize",
     "MegatronIndices",
     "MegatronLayout",
     "build_blend",
     "build_megatron_indices",
+    "gpt_index_size",
+    "megatron_index_size",
     "megatron_layout",
 ]
 
 SPLIT_NAMES = ("train", "valid", "test")
 """Megatron's ``Split`` names, in the order of the split string."""
+_BUILD_BYTES_PER_DOCUMENT = 24
+_BUILD_BYTES_PER_SAMPLE = 32
+"""Working memory of a build beyond its arrays, per document-index entry and per sample (the
+int64 cumulative ends, row and offset arrays of ``build_sample_index``), an upper bound
+checked against ``tracemalloc`` in tests/plan/test_megatron_layout.py."""
+_BLEND_BUILD_BYTES_PER_SAMPLE = 32
+"""Memory of a blend build per sample, its two arrays (10 bytes) included."""
 
 
 class DatasetSpec(NamedTuple):
@@ -61,6 +78,20 @@ class MegatronLayout(NamedTuple):
     weights: tuple[float, ...] | None
     blend_size: int | None
     num_samples: int
+
+
+class IndexSize(NamedTuple):
+    """The size of Megatron indices, known before building them.
+
+    ``arrays``: bytes the arrays hold (in memory, or on disk in the cache); ``peak``: an upper
+    bound of the memory building them takes; ``samples``: ``len(GPTDataset)`` (or of the
+    blend); ``documents``: document-index entries (epochs × sequences).
+    """
+
+    arrays: int
+    peak: int
+    samples: int
+    documents: int
 
 
 class MegatronIndices(NamedTuple):
@@ -168,3 +199,70 @@ def build_blend(
         assert layout.weights is not None and layout.blend_size is not None
         weights, size = list(layout.weights), layout.blend_size
     return blended_dataset_indices(weights, size, list(lengths))
+
+
+def gpt_index_size(
+    sequence_lengths: np.ndarray,
+    begin: int,
+    end: int,
+    num_samples: int | None,
+    seq_len: int,
+    add_extra_token: bool = True,
+    drop_last_partial: bool = True,
+) -> IndexSize:
+    """The size of ``build_gpt_indices``' arrays for the split ``[begin, end)``, from the
+    same arithmetic and dtype rules, without building anything (O(1) beyond one sum).
+
+    ``arrays = 4·E·n + 2·(N + 1)·s + N·u`` bytes (``s``, ``u``: the sample and shuffle index
+    item sizes, 4 or 8) and ``peak = arrays + 24·E·n + 32·N``.
+
+    Raises:
+        ConfigError: the split holds no tokens (as building would).
+    """
+    extra = int(add_extra_token)
+    tokens_per_epoch = int(np.sum(sequence_lengths[begin:end], dtype=np.int64))
+    epochs = num_epochs(tokens_per_epoch, num_samples, seq_len, extra)
+    documents = epochs * (end - begin)
+    samples = max(
+        num_samples_in_index(tokens_per_epoch, epochs, seq_len, extra, drop_last_partial), 0
+    )
+    _, sample_dtype, shuffle_dtype = gpt_index_dtypes(documents, sequence_lengths, samples)
+    sample_item, shuffle_item = sample_dtype.itemsize, shuffle_dtype.itemsize
+    arrays = 4 * documents + 2 * (samples + 1) * sample_item + samples * shuffle_item
+    peak = arrays + _BUILD_BYTES_PER_DOCUMENT * documents + _BUILD_BYTES_PER_SAMPLE * samples
+    return IndexSize(arrays, peak, samples, documents)
+
+
+def megatron_index_size(
+    layout: MegatronLayout,
+    sequence_lengths: Sequence[np.ndarray],
+    seq_len: int,
+    add_extra_token: bool = True,
+    drop_last_partial: bool = True,
+) -> IndexSize:
+    """The size of :func:`build_megatron_indices`' arrays, without building them.
+
+    ``arrays``: every dataset's arrays and the blend's (10 bytes per blended sample);
+    ``peak``: all datasets' arrays plus the largest working set, of one dataset's build or of
+    the blend's (32 bytes per blended sample); ``samples``: the top-level dataset's length.
+
+    Raises:
+        ConfigError: a split holds no tokens (as building would).
+    """
+    sizes = [
+        gpt_index_size(sequence_lengths[d], spec.begin, spec.end, spec.num_samples, seq_len,
+                       add_extra_token, drop_last_partial)
+        for d, spec in enumerate(layout.datasets)
+    ]  # fmt: skip
+    arrays = sum(s.arrays for s in sizes)
+    working = max(s.peak - s.arrays for s in sizes)
+    if layout.blend == "none":
+        return IndexSize(arrays, arrays + working, sizes[0].samples, sizes[0].documents)
+    if layout.blend == "sizes":
+        blended = min(layout.num_samples, sum(s.samples for s in sizes))
+    else:
+        assert layout.blend_size is not None
+        blended = layout.blend_size
+    working = max(working, _BLEND_BUILD_BYTES_PER_SAMPLE * blended)
+    documents = sum(s.documents for s in sizes)
+    return IndexSize(arrays + 10 * blended, arrays + working, blended, documents)

@@ -23,30 +23,17 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
 from streamload.errors import FormatError
-from streamload.plan.megatron import (
-    GPTIndices,
-    num_epochs,
-    num_samples_in_index,
-    split_matrix,
-)
-from streamload.plan.megatron_layout import (
-    MegatronIndices,
-    build_blend,
-    build_megatron_indices,
-    megatron_layout,
-)
+from streamload.plan.megatron import GPTIndices, split_matrix
+from streamload.plan.megatron_layout import megatron_layout
 from streamload.plan.mixture import Phase
 from streamload.plan.partition import chunk_sample_ids, num_batches
 from streamload.streams.chunks import ChunkPlan, TokenChunk
 from streamload.streams.cursor import StreamCursor
-from streamload.streams.megatron_cache import find_megatron_gpt_cache, load_or_build
+from streamload.streams.megatron_indices import ALGORITHM, GPT_FIELDS, load_indices
 from streamload.streams.megatron_source import PAD_TOKEN, MegatronSource
 
 __all__ = ["ALGORITHM", "MegatronStream"]
 
-ALGORITHM = "megatron-core-0.16.1"
-"""The index algorithms reproduced (part of the fingerprint)."""
-_GPT_FIELDS = GPTIndices._fields
 _COUNT_BLOCK = 1 << 16
 
 
@@ -78,8 +65,7 @@ class MegatronStream:
             sampling.split_name.value,
             sampling.num_samples,
         )
-        self._files: dict[str, str] | None = None
-        self._arrays = self._indices()
+        self._arrays, self._files = load_indices(config, self.sources, self.layout)
         self._attach()
 
     @classmethod
@@ -87,85 +73,9 @@ class MegatronStream:
         """Describe every source (listing, headers, sequence lengths) and build the indices."""
         return cls(config, describe_sources(config))
 
-    # -- indices -------------------------------------------------------------------------
-    def _description(self) -> dict[str, Any]:
-        s = self.config.sampling
-        return {
-            "algorithm": ALGORITHM,
-            "data": [src.catalog.fingerprint() for src in self.sources],
-            "layout": [list(d) for d in self.layout.datasets],
-            "blend": [self.layout.blend, self.layout.weights, self.layout.blend_size],
-            "num_samples": s.num_samples,
-            "seq_len": self.seq_len,
-            "seed": self.config.seed,
-            "add_extra_token": s.add_extra_token,
-            "drop_last_partial": s.drop_last_partial,
-        }
-
-    def _build(self) -> dict[str, np.ndarray]:
-        s = self.config.sampling
-        built = build_megatron_indices(
-            self.layout,
-            [src.sequence_lengths for src in self.sources],
-            self.seq_len,
-            self.config.seed,
-            s.add_extra_token,
-            s.drop_last_partial,
-        )
-        return _flatten(built)
-
-    def _indices(self) -> dict[str, np.ndarray]:
-        cache_dir = self.config.sampling.cache_dir
-        found = [self._megatron_cache(d) for d in range(len(self.sources))]
-        if all(f is not None for f in found):
-            arrays: dict[str, np.ndarray] = {}
-            self._files = {}
-            for d, (gpt, files) in enumerate(f for f in found if f is not None):
-                arrays |= {f"ds{d}_{k}": v for k, v in gpt.items()}
-                self._files |= {f"ds{d}_{k}": v for k, v in files.items()}
-            return arrays | self._blend_of(arrays)
-        arrays, self._files = load_or_build(cache_dir, self._description(), self._build)
-        return arrays
-
-    def _blend_of(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        lengths = [int(arrays[f"ds{d}_shuffle_index"].shape[0]) for d in range(len(self.sources))]
-        blend = build_blend(self.layout, lengths)
-        if blend is None:
-            return {}
-        return {"dataset_index": blend[0], "dataset_sample_index": blend[1]}
-
-    def _megatron_cache(self, d: int) -> tuple[dict[str, np.ndarray], dict[str, str]] | None:
-        """megatron-core's own cached indices of dataset ``d``, if they match."""
-        source, spec, s = self.sources[d], self.layout.datasets[d], self.config.sampling
-        if s.cache_dir is None or source.prefix is None:
-            return None
-        matrix = [None if b is None else list(b) for b in split_matrix(s.split)]
-        identifiers = {
-            "dataset_path": source.prefix,
-            "num_samples": spec.num_samples,
-            "index_split": s.split_name.value,
-            "random_seed": self.config.seed,
-            "sequence_length": self.seq_len,
-            "split_matrix": matrix,
-        }
-        tpe = int(source.sequence_lengths[spec.begin : spec.end].sum(dtype=np.int64))
-        epochs = num_epochs(tpe, spec.num_samples, self.seq_len, self.extra)
-        n = num_samples_in_index(tpe, epochs, self.seq_len, self.extra, s.drop_last_partial)
-
-        def check(arrays: dict[str, np.ndarray]) -> bool:
-            doc, smp, shf = (arrays[k] for k in _GPT_FIELDS)
-            return (
-                doc.dtype == np.int32
-                and doc.shape == (epochs * (spec.end - spec.begin),)
-                and smp.shape == (n + 1, 2)
-                and shf.shape == (n,)
-            )
-
-        return find_megatron_gpt_cache(s.cache_dir, s.split_name.value, identifiers, check)
-
     def _attach(self) -> None:
         for d, (source, spec) in enumerate(zip(self.sources, self.layout.datasets, strict=True)):
-            gpt = GPTIndices(*(self._arrays[f"ds{d}_{k}"] for k in _GPT_FIELDS))
+            gpt = GPTIndices(*(self._arrays[f"ds{d}_{k}"] for k in GPT_FIELDS))
             tpe = int(source.sequence_lengths[spec.begin : spec.end].sum(dtype=np.int64))
             source.attach(gpt, tpe, self.seq_len, self.extra)
         blend = self._arrays.get("dataset_index")
@@ -345,18 +255,6 @@ class MegatronStream:
             "weights": [src.weight for src in self.config.sources],
             "data": {src.name: src.catalog.fingerprint() for src in self.sources},
         }
-
-
-def _flatten(built: MegatronIndices) -> dict[str, np.ndarray]:
-    arrays = {
-        f"ds{d}_{field}": value
-        for d, gpt in enumerate(built.datasets)
-        for field, value in zip(_GPT_FIELDS, gpt, strict=True)
-    }
-    if built.dataset_index is not None and built.dataset_sample_index is not None:
-        arrays["dataset_index"] = built.dataset_index
-        arrays["dataset_sample_index"] = built.dataset_sample_index
-    return arrays
 
 
 def _without_indices(source: MegatronSource) -> MegatronSource:

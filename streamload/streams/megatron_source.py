@@ -123,10 +123,7 @@ class MegatronSource:
         skipped = np.zeros(0, dtype=np.int64)
         if failed is not None and culprit is not None:
             skipped = np.unique(np.repeat(row, size)[failed])
-            out[skipped] = 0
-            storage = self.shards.shards[culprit].storage  # named it; now count the samples
-            assert storage is not None
-            storage.store().stats.add("skipped_samples", int(skipped.size))
+            out[skipped] = 0  # counted by the loader when their batch is delivered
         return out, lengths, skipped
 
     def _pieces(self, local: np.ndarray) -> tuple[np.ndarray, ...]:

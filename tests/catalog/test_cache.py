@@ -6,6 +6,7 @@ cache, or when a shard was skipped. Against moto's S3 server."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from streamload import build_loader, load_config
 from streamload.catalog.cache import SCHEMA
 from streamload.catalog.sources import describe_sources
+from streamload.errors import ConfigError
 from streamload.formats.base import ShardInfo
 from streamload.remote.store import RemoteStore
 from streamload.testing import assert_batches_equal
@@ -24,6 +26,7 @@ from tests.helpers.corpus_factory import Corpus, document_tokens
 from tests.remote.test_remote_loader import _write_format
 from tests.servers.http import FaultPlan, FaultProxy
 from tests.servers.s3 import S3Server
+from tests.streams.test_megatron_limits import read_only
 
 pytest.importorskip("moto.server")
 pytestmark = pytest.mark.filterwarnings("ignore:each pass")
@@ -122,3 +125,45 @@ def test_nothing_is_cached_without_a_disk_cache_or_after_a_skip(
 
 def test_the_schema_names_the_entry_layout() -> None:
     assert SCHEMA.startswith("streamload-catalog-")
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_a_cache_dir_that_is_a_file_is_a_config_error(
+    below: bool, make_corpus: Callable[..., Corpus], s3: S3Server, tmp_path: Path
+) -> None:
+    corpus = make_corpus([300, 200])
+    url = s3.upload_folder(corpus.folder, "catalog", uuid.uuid4().hex[:12])
+    path = tmp_path / "cache"
+    path.write_text("not a folder")
+    root = path / "below" if below else path
+    with pytest.raises(ConfigError, match=rf"storage\.cache_dir = '{root}': {path} is a file"):
+        _describe(_config(url, s3, root))
+
+
+def test_a_read_only_cache_dir_is_read_and_named_once(
+    make_corpus: Callable[..., Corpus],
+    s3: S3Server,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Entries already there are used; a new one that cannot be written costs only a warning
+    (once per folder), never the run."""
+    corpus = make_corpus([300, 200])
+    url = s3.upload_folder(corpus.folder, "catalog", uuid.uuid4().hex[:12])
+    filled, empty = tmp_path / "filled", tmp_path / "empty"
+    empty.mkdir()
+    first = _describe(_config(url, s3, filled))
+    described = _requests(filled)
+    with read_only(filled / "catalog"), read_only(empty):
+        again = _describe(_config(url, s3, filled))
+        assert _requests(filled) == described  # read from the cache: no header read
+        with caplog.at_level(logging.WARNING, logger="streamload.remote"):
+            fresh = [_describe(_config(url, s3, empty)) for _ in range(2)]
+    assert [_fields(s) for s in again] == [_fields(s) for s in first]
+    assert (
+        [_fields(s) for s in fresh[0]]
+        == [_fields(s) for s in first]
+        == [_fields(s) for s in fresh[1]]
+    )
+    named = [r for r in caplog.records if "shard descriptions" in r.getMessage()]
+    assert len(named) == 1 and str(empty) in named[0].getMessage()

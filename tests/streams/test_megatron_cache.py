@@ -140,7 +140,10 @@ def test_reads_megatron_core_cache_files(prefixes: dict[str, str], tmp_path: Pat
     stream = stream_of(cfg)
     assert stream._files is not None
     assert all("-GPTDataset-train-" in path for path in stream._files.values())
-    assert not list(tmp_path.glob("*streamload*"))  # nothing of ours written
+    ours = [p.name for p in tmp_path.glob("*streamload*")]  # only the digests of its files
+    assert ours == [
+        "1a12883e83b7ba6fe8cf7bf7f54c3629-GPTDataset-train-streamload-megatron-digests.json"
+    ]
     ids = np.arange(stream.pass_length or 0)
     want = load("gpt_e3_separate")[1]["text"][: ids.size]
     np.testing.assert_array_equal(stream.read(0, ids)[0], want)

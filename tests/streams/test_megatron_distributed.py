@@ -1,4 +1,5 @@
-"""Two real gloo ranks share a Megatron index cache: rank 0 builds, rank 1 waits on the barrier."""
+"""Two real gloo ranks share a Megatron index cache: rank 0 builds, rank 1 waits on the barrier;
+a rank 0 whose build fails still reaches the barrier, so rank 1 fails the same way."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from streamload import build_loader
+from streamload.errors import ConfigError
 from tests.helpers import gloo
 from tests.streams.test_megatron import GOLDENS, config_of, load
 
@@ -45,5 +47,33 @@ def test_ranks_share_one_build(tmp_path: Path) -> None:
     assert not list((tmp_path / "cache").glob("*.lock"))
 
 
+def failing_worker(config: str, out: str) -> None:
+    """One rank of a build that cannot succeed: its ConfigError, written down."""
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo", init_method="env://")
+    try:
+        build_loader(config, batch_size=4)
+    except ConfigError as exc:
+        (Path(out) / f"rank{dist.get_rank()}.txt").write_text(str(exc))
+    dist.destroy_process_group()
+
+
+def test_a_failed_build_on_rank_0_fails_every_rank(tmp_path: Path) -> None:
+    """Rank 0 refuses indices too large for the machine; rank 1 must not wait for it forever
+    on the barrier, but fail with the same error."""
+    prefixes = GOLDENS.write_datasets(tmp_path)
+    cfg = config_of("gpt_e1_n", prefixes, num_samples=10**13)
+    cfg["sampling"]["cache_dir"] = str(tmp_path / "cache")
+    config = tmp_path / "megatron.json"
+    config.write_text(json.dumps(cfg))
+    procs = gloo.start(__file__, 2, ["failing", str(config), tmp_path])
+    gloo.wait({"failing build on 2 ranks": procs}, timeout=60)
+    messages = [(tmp_path / f"rank{r}.txt").read_text() for r in range(2)]
+    assert messages[0] == messages[1] and "num_samples = 10000000000000" in messages[0]
+
+
 if __name__ == "__main__":
-    worker(*sys.argv[1:3])
+    if sys.argv[1] == "failing":
+        failing_worker(*sys.argv[2:4])
+    else:
+        worker(*sys.argv[1:3])
