@@ -26,7 +26,6 @@ else handed over as ``torch`` tensors through ``torch.multiprocessing``'s shared
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import pickle
 import queue
@@ -47,6 +46,7 @@ from streamload.nodes._slots import SlotRef, read_slot, write_slot
 from streamload.nodes._worker_failure import _Failure
 from streamload.nodes._worker_stats import merge_storage_deltas, take_storage_deltas
 from streamload.nodes.map_stage import unwrap_legacy_state
+from streamload.util.lifeline import watch_parent
 
 __all__ = ["MapWorkers", "WorkerDied"]
 
@@ -55,38 +55,18 @@ Y = TypeVar("Y")
 
 _DONE = "__streamload_worker_done__"
 _POLL_SECONDS = 0.2
-_PARENT_POLL_SECONDS = 0.5
 _SHUTDOWN_SECONDS = 30.0
-_ORPHAN_EXIT_CODE = 75
 
 
 WorkerDied = WorkerDiedError
 """Old name of :class:`streamload.errors.WorkerDiedError`, kept for existing ``except``s."""
 
 
-def _watch_parent() -> None:
-    """Exit this worker process when its parent dies (a killed trainer leaves no orphans).
-
-    The parent's sentinel fires when it exits; the parent pid check also covers forked
-    siblings that keep a copy of the sentinel's other end open.
-    """
-    parent = multiprocessing.parent_process()
-    ppid = os.getppid()
-    sentinels = [parent.sentinel] if parent is not None else []
-    while True:
-        if sentinels and wait(sentinels, timeout=_PARENT_POLL_SECONDS):
-            os._exit(_ORPHAN_EXIT_CODE)
-        if not sentinels:
-            time.sleep(_PARENT_POLL_SECONDS)
-        if os.getppid() != ppid:
-            os._exit(_ORPHAN_EXIT_CODE)
-
-
 def _worker_loop(
     fn: Callable[[Any], Any], tasks: Any, results: Any, slots: list[Any], is_process: bool
 ) -> None:
     if is_process:
-        threading.Thread(target=_watch_parent, name="parent-watchdog", daemon=True).start()
+        watch_parent(os.getppid())  # a killed trainer leaves no orphans
     while True:
         task = tasks.get()
         if task is None:  # with the counts of reads made since the last result (prefetch)

@@ -4,9 +4,9 @@ Modules: :mod:`~streamload.tokenize.config` (the run's options), :mod:`.inputs` 
 compressed, over fsspec), :mod:`.encoder` (the ``tokenizers`` wrapper with dolma's BOS/EOS
 rules), :mod:`.shuffle` (groups, ring, seeded batch shuffle), :mod:`.outputs` (dtype and
 file rolling through the format writers), :mod:`.markers` (resume bookkeeping),
-:mod:`.group` (one group's work), :mod:`.lock` (one run per destination shard),
-:mod:`._lifeline` (workers that die with the run) and :mod:`.run` (planning, processes,
-summary).
+:mod:`.group` (one group's work), :mod:`.lock` (one run per destination shard) and
+:mod:`.run` (planning, processes that die with the run through
+:mod:`streamload.util.lifeline`, summary).
 """
 
 from streamload.formats.encoder import DocumentEncoder

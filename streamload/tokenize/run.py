@@ -9,7 +9,7 @@ worker gets ``cores // processes`` tokenizer threads so the processes do not ove
 
 Both hold the destination's lock for this shard (:mod:`streamload.tokenize.lock`) while they
 change it, so a second run is refused instead of deleting the first one's staging. Workers
-exit when the run's process dies (:mod:`streamload.tokenize._lifeline`), and a worker that
+exit when the run's process dies (:mod:`streamload.util.lifeline`), and a worker that
 dies fails the run at once (:class:`~streamload.errors.WorkerDiedError`) instead of leaving
 it waiting for a group that will never finish.
 """
@@ -29,7 +29,6 @@ from typing import Any
 
 from streamload.errors import WorkerDiedError
 from streamload.formats.encoder import DocumentEncoder
-from streamload.tokenize._lifeline import exit_with_parent
 from streamload.tokenize.config import TokenizeConfig
 from streamload.tokenize.group import GroupJob, run_group
 from streamload.tokenize.inputs import expand_documents
@@ -38,6 +37,7 @@ from streamload.tokenize.markers import RunRecord
 from streamload.tokenize.outputs import choose_dtype
 from streamload.tokenize.shuffle import group_files
 from streamload.util.files import file_sha256
+from streamload.util.lifeline import exit_with_parent
 
 __all__ = ["RunPlan", "RunSummary", "plan_run", "run_plan", "tokenize"]
 

@@ -1,15 +1,18 @@
-"""Worker processes that die with their parent: a killed ``streamload tokenize`` leaves no
-orphans writing into its destination.
+"""Worker processes that die with their parent: a killed ``streamload tokenize`` or trainer
+leaves no orphans burning CPU or writing into a destination.
 
-A spawned pool worker would otherwise finish its group after its parent was killed (a group
-can take hours), burning CPU and writing files that a restarted run is rewriting. Two
-mechanisms, both armed when a worker starts:
+A worker would otherwise finish its work after its parent was killed (a tokenize group can
+take hours). Two mechanisms:
 
-* Linux: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the worker the moment its
-  parent exits, even by ``kill -9``; checked against a parent that died before it was armed.
-* Everywhere: a daemon thread waits on the parent's sentinel (readable once the parent is
-  gone) and polls ``os.getppid()`` (the worker is reparented when its parent dies), then
-  ends the process with ``os._exit`` within :data:`POLL_SECONDS`.
+* Everywhere (:func:`watch_parent`): a daemon thread waits on the parent's sentinel (readable
+  once the parent is gone) and polls ``os.getppid()`` (the worker is reparented when its
+  parent dies; this also covers forked siblings that keep a copy of the sentinel's other end
+  open), then ends the process with ``os._exit`` within :data:`POLL_SECONDS`.
+* Linux, with :func:`exit_with_parent` (``streamload tokenize``'s pool):
+  ``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills the worker the moment its parent
+  exits, even by ``kill -9``; checked against a parent that died before it was armed. Not for
+  the loader's workers: the signal fires when the parent *thread* that started the worker
+  ends, and a loader may be iterated first from a thread that ends before training does.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import sys
 import threading
 from multiprocessing.connection import wait
 
-__all__ = ["ORPHAN_EXIT_CODE", "POLL_SECONDS", "exit_with_parent"]
+__all__ = ["ORPHAN_EXIT_CODE", "POLL_SECONDS", "exit_with_parent", "watch_parent"]
 
 POLL_SECONDS = 0.25
 """How often the watcher thread checks the parent pid."""
@@ -47,6 +50,16 @@ def exit_with_parent(parent_pid: int) -> None:
             pass
     if os.getppid() != parent_pid:  # the parent died before the signal was armed
         os._exit(ORPHAN_EXIT_CODE)
+    watch_parent(parent_pid)
+
+
+def watch_parent(parent_pid: int) -> None:
+    """Start a daemon thread that ends this process when ``parent_pid``, its parent, exits
+    (within :data:`POLL_SECONDS`).
+
+    Args:
+        parent_pid: The pid of the process that started this one.
+    """
     threading.Thread(
         target=_watch, args=(parent_pid,), name="streamload-parent-watch", daemon=True
     ).start()
