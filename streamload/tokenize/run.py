@@ -232,6 +232,11 @@ def _died(workers: dict[int, Any], group: int) -> str:
     """What a ``BrokenProcessPool`` means, with the dead worker's pid and signal if known
     (the executor then stops the other workers with SIGTERM: those are named only when no
     other cause is seen)."""
+    # The executor's thread reaps the workers as it stops them; a worker it is reaping at
+    # this moment reads as still running here, so wait (briefly) until every exit is known.
+    deadline = time.monotonic() + 5.0
+    while any(p.exitcode is None for p in workers.values()) and time.monotonic() < deadline:
+        time.sleep(0.02)
     dead = [p for p in workers.values() if p.exitcode not in (None, 0)]
     causes = [p for p in dead if p.exitcode != -signal.SIGTERM] or dead
     how = ", ".join(map(_exit_of, causes))
