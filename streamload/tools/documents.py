@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamload.formats.base import TokenShard
+from streamload.formats.documents import BLOCK_TOKENS, document_bounds
 
 __all__ = [
     "BLOCK_TOKENS",
@@ -23,41 +24,6 @@ __all__ = [
     "iter_documents",
     "scan_tokens",
 ]
-
-BLOCK_TOKENS = 1 << 24
-"""Tokens read per block when scanning a shard."""
-
-
-def _eos_bounds(shard: TokenShard, eos_token_id: int) -> np.ndarray:
-    total = shard.info.num_tokens
-    ends = []
-    for start in range(0, total, BLOCK_TOKENS):
-        block = np.asarray(shard.tokens(start, min(total, start + BLOCK_TOKENS)))
-        ends.append(np.flatnonzero(block == eos_token_id) + start + 1)
-    bounds = np.concatenate([[0], *ends]).astype(np.int64)
-    return bounds if bounds[-1] == total else np.append(bounds, total)
-
-
-def document_bounds(
-    shard: TokenShard, eos_token_id: int | None = None, sequences: bool = False
-) -> np.ndarray:
-    """Token bounds of the shard's documents: document i is ``[b[i], b[i+1])``.
-
-    Args:
-        shard: An opened shard.
-        eos_token_id: EOS that ends documents when the format has no index.
-        sequences: For Megatron, list sequences (what GPTDataset calls documents).
-    """
-    if sequences:
-        seq = getattr(shard, "sequence_bounds", None)
-        if seq is not None:
-            return np.asarray(seq())
-    bounds = shard.document_bounds()
-    if bounds is not None:
-        return np.asarray(bounds)
-    if eos_token_id is not None:
-        return _eos_bounds(shard, eos_token_id)
-    return np.array([0, shard.info.num_tokens], dtype=np.int64)
 
 
 def count_documents(shard: TokenShard, eos_token_id: int) -> int:
