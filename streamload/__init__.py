@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamload.config import (
     DataConfig,
+    LongDocuments,
     PackingConfig,
     SamplingConfig,
     SamplingMode,
@@ -124,6 +125,7 @@ __all__ = [
     "DataConfig",
     "FormatError",
     "LoaderOptions",
+    "LongDocuments",
     "PackingConfig",
     "RankSpec",
     "RemoteReadError",

@@ -14,6 +14,7 @@ travels with its data; in a dict they are taken as they are (relative to the wor
 
 from streamload.config.data import DataConfig, load_config
 from streamload.config.options import (
+    LongDocuments,
     MixtureConfig,
     MixtureUnit,
     PackingConfig,
@@ -33,6 +34,7 @@ from streamload.config.storage import StorageConfig
 __all__ = [
     "TOKEN_DTYPES",
     "DataConfig",
+    "LongDocuments",
     "MixtureConfig",
     "MixtureUnit",
     "OnError",

@@ -5,7 +5,8 @@ Each check fails with a :class:`ConfigError` naming the field, the value and wha
 unknown keys (with the closest valid one), missing keys, keys that are not strings, integers
 in range (never beyond int64, which every array and state holds them in), finite numbers,
 booleans, enum values, weights whose sum stays finite, paths without NUL characters, and the
-plain-data shape of a parsed file (strings, numbers, booleans, lists and tables only).
+plain-data shape of a parsed file (strings, numbers, booleans, lists and tables only; integers
+short enough to print).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -228,3 +230,19 @@ def check_plain(data: Any, where: str = "") -> None:
                 f"{where}{path or 'config'} = {show(value)} is of type {type(value).__name__}; a "
                 "config holds only strings, numbers, booleans, lists and tables"
             )
+        elif isinstance(value, int) and not _printable(value):
+            raise ConfigError(
+                f"{where}{path or 'config'} = {show(value)} has more digits than Python prints "
+                f"({sys.get_int_max_str_digits()}); no config field takes such a number"
+            )
+
+
+def _printable(value: int) -> bool:
+    """``str(value)`` works: a parser never yields a longer int, but a dict may hold one."""
+    if value.bit_length() <= 64:  # every int a field takes; str() fails only far beyond
+        return True
+    try:
+        str(value)
+    except ValueError:  # beyond sys.get_int_max_str_digits()
+        return False
+    return True

@@ -28,11 +28,20 @@ from streamload.config.options import (
     SamplingConfig,
     SamplingMode,
 )
+from streamload.config.packed import check_packed_config
 from streamload.config.source import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, add_note
 
 __all__ = ["DataConfig", "load_config", "read_config_file"]
+
+_TOP_LEVEL_INTS = (
+    ("eos_token_id", 0),
+    ("pad_token_id", 0),
+    ("vocab_size", 1),
+    ("global_batch_size", 1),
+)
+"""Optional top-level integers and their minimum."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +53,8 @@ class DataConfig:
         sources: The datasets.
         seed: Seed of every permutation.
         eos_token_id: End-of-document token, for masks when the format has no document index.
+        pad_token_id: Fills ``packed``/``padded`` samples after their documents (required
+            there); unused in ``concat`` mode, refused in ``megatron`` mode.
         vocab_size: When set, every delivered token id is checked to be below it.
         global_batch_size: When set, ``world_size * batch_size`` must equal it.
         sampling: Sampling options.
@@ -58,6 +69,7 @@ class DataConfig:
     sources: tuple[SourceConfig, ...]
     seed: int = 0
     eos_token_id: int | None = None
+    pad_token_id: int | None = None
     vocab_size: int | None = None
     global_batch_size: int | None = None
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
@@ -79,7 +91,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         check_int(self.seq_len, "seq_len", 1)
         check_int(self.seed, "seed", 0)
-        for name, minimum in (("eos_token_id", 0), ("vocab_size", 1), ("global_batch_size", 1)):
+        for name, minimum in _TOP_LEVEL_INTS:
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), name, minimum)
         if isinstance(self.sources, list):
@@ -90,9 +102,10 @@ class DataConfig:
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ConfigError(f"sources: duplicate source name(s) {', '.join(dupes)}")
-        v, e = self.vocab_size, self.eos_token_id
-        if v is not None and e is not None and e >= v:
-            raise ConfigError(f"eos_token_id = {e} must be < vocab_size = {v}")
+        for name in ("eos_token_id", "pad_token_id"):
+            token = getattr(self, name)
+            if self.vocab_size is not None and token is not None and token >= self.vocab_size:
+                raise ConfigError(f"{name} = {token} must be < vocab_size = {self.vocab_size}")
         if isinstance(self.schedule, list):
             object.__setattr__(self, "schedule", tuple(self.schedule))
         weights = [s.weight for s in self.sources if s.weight is not None]
@@ -101,7 +114,10 @@ class DataConfig:
             from streamload.config.megatron import check_megatron_config
 
             check_megatron_config(self)
-        elif self.is_mixture:
+            return
+        if self.sampling.mode.whole_documents:
+            check_packed_config(self)
+        if self.is_mixture:
             self._check_mixture(names)
 
     def _check_mixture(self, names: list[str]) -> None:

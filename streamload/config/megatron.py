@@ -1,8 +1,9 @@
 """Checks of a whole config in ``sampling.mode = "megatron"`` (what has no Megatron meaning fails).
 
 Options of the other modes that Megatron has no counterpart for are errors, never ignored:
-``[[schedule]]``, ``[mixture]`` settings, per-source ``policy``/``max_epochs``, and a weight on
-some sources but not on others (Megatron's ``--data-path`` takes weights for all or none).
+``[[schedule]]``, ``[mixture]`` settings, per-source ``policy``/``max_epochs``, a weight on
+some sources but not on others (Megatron's ``--data-path`` takes weights for all or none), and
+``pad_token_id`` (a short last sample is padded as megatron-core pads without a tokenizer pad).
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def check_megatron_config(config: DataConfig) -> None:
         raise ConfigError(
             f"seed = {config.seed} must be < 2**32 with {where} (Megatron seeds numpy's "
             "RandomState with it)"
+        )
+    if config.pad_token_id is not None:
+        raise ConfigError(
+            f"pad_token_id = {config.pad_token_id} has no meaning with {where}: a short last "
+            "sample is padded with -1, as megatron-core pads when the tokenizer has no pad; "
+            "remove it"
         )
     if config.schedule:
         raise ConfigError(f"[[schedule]] has no meaning with {where}; Megatron blends are static")

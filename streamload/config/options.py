@@ -18,6 +18,7 @@ from streamload.config.checks import (
 from streamload.errors import ConfigError
 
 __all__ = [
+    "LongDocuments",
     "MegatronSplit",
     "MixtureConfig",
     "MixtureUnit",
@@ -29,12 +30,33 @@ __all__ = [
 
 
 class SamplingMode(str, enum.Enum):
-    """How windows of tokens become samples."""
+    """How the sources' tokens become samples of ``seq_len + 1`` tokens."""
 
     CONCAT = "concat"
     """Windows of ``seq_len + 1`` tokens at stride ``seq_len`` over the token stream."""
     MEGATRON = "megatron"
     """Megatron-Core ``GPTDataset``/``BlendedDataset`` samples, bit for bit (docs/megatron.md)."""
+    PACKED = "packed"
+    """Whole documents (or pieces of long ones) packed best-fit into samples of ``seq_len + 1``
+    tokens, padded with ``pad_token_id``."""
+    PADDED = "padded"
+    """One document (or piece) per sample, padded with ``pad_token_id``."""
+
+    @property
+    def whole_documents(self) -> bool:
+        """``packed`` or ``padded``: samples hold whole documents (items), then padding."""
+        return self in (SamplingMode.PACKED, SamplingMode.PADDED)
+
+
+class LongDocuments(str, enum.Enum):
+    """What ``packed`` and ``padded`` modes do with a document of more than ``seq_len + 1``
+    tokens."""
+
+    SPLIT = "split"
+    """Pieces of ``seq_len + 1`` tokens at stride ``seq_len`` (every next-token pair inside the
+    document trained once, like concat windows), the last piece shorter; each piece is an item."""
+    TRUNCATE = "truncate"
+    """Only the first ``seq_len + 1`` tokens are an item; the rest is dropped and counted."""
 
 
 class MegatronSplit(str, enum.Enum):
@@ -59,7 +81,8 @@ class MixtureUnit(str, enum.Enum):
     """Shares of samples."""
     TOKENS = "tokens"
     """Shares of tokens. Every sample holds ``seq_len`` input tokens, so with fixed-length
-    sampling the allocation is the same as for samples."""
+    sampling the allocation is the same as for samples (``concat`` mode only: ``packed`` and
+    ``padded`` samples hold fewer real tokens than positions)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,13 +91,17 @@ class SamplingConfig:
 
     Args:
         mode: Sampling mode.
-        shuffle: Permute windows per epoch, keyed by (seed, epoch, source).
-        shuffle_block: Windows per shuffle block: nearby positions read one region of this
-            many consecutive windows (block order and windows inside shuffled;
+        shuffle: Permute a source's samples (windows, or packed/padded samples) per epoch,
+            keyed by (seed, epoch, source).
+        shuffle_block: Samples per shuffle block: nearby positions read one region of this
+            many consecutive samples (block order and samples inside shuffled;
             :mod:`streamload.plan.block_shuffle`). 0: one uniform permutation.
-        num_samples: Length of one pass; more than one epoch repeats the data, reshuffled per
-            epoch. ``None``: one pass is one epoch.
-        cross_shard: ``False`` keeps every window inside one shard (KempnerForge/OLMo).
+        num_samples: Length of one pass in samples; more than one epoch repeats the data,
+            reshuffled per epoch. ``None``: one pass is one epoch.
+        cross_shard: ``False`` keeps every window inside one shard (KempnerForge/OLMo);
+            ``concat`` mode only (documents never span shards).
+        long_documents: ``packed``/``padded`` modes: split a document longer than
+            ``seq_len + 1`` tokens into pieces, or truncate it.
         split: ``megatron`` mode: Megatron's ``--split`` (train, valid, test weights).
         split_name: ``megatron`` mode: the split this stream reads.
         add_extra_token: ``megatron`` mode: samples read ``seq_len + 1`` tokens
@@ -90,6 +117,7 @@ class SamplingConfig:
     shuffle_block: int = 0
     num_samples: int | None = None
     cross_shard: bool = True
+    long_documents: LongDocuments = LongDocuments.SPLIT
     split: str = MEGATRON_DEFAULT_SPLIT
     split_name: MegatronSplit = MegatronSplit.TRAIN
     add_extra_token: bool = True
@@ -101,6 +129,11 @@ class SamplingConfig:
         object.__setattr__(
             self, "split_name", to_enum(MegatronSplit, self.split_name, "sampling.split_name")
         )
+        object.__setattr__(
+            self,
+            "long_documents",
+            to_enum(LongDocuments, self.long_documents, "sampling.long_documents"),
+        )
         for name in ("shuffle", "cross_shard", "add_extra_token", "drop_last_partial"):
             check_bool(getattr(self, name), f"sampling.{name}")
         if self.num_samples is not None:
@@ -111,10 +144,21 @@ class SamplingConfig:
                 f"sampling.shuffle_block = {self.shuffle_block} needs shuffle = true (an "
                 "unshuffled stream already reads consecutive windows); remove one of them"
             )
+        if not self.mode.whole_documents and self.long_documents is not LongDocuments.SPLIT:
+            raise ConfigError(
+                f"sampling.long_documents = {self.long_documents.value!r} applies only to "
+                f"mode = 'packed' or 'padded', but mode = {self.mode.value!r}"
+            )
         if self.mode is SamplingMode.MEGATRON:
             self._check_megatron()
-        else:
-            self._check_concat()
+            return
+        self._refuse_megatron_keys()
+        if self.mode.whole_documents and not self.cross_shard:
+            raise ConfigError(
+                f"sampling.cross_shard = false has no meaning with mode = {self.mode.value!r}: "
+                "items are whole documents or pieces of one, which never span two shards (a "
+                "packed sample may hold items of several shards); remove it"
+            )
 
     def _check_megatron(self) -> None:
         if self.num_samples is None:
@@ -156,7 +200,7 @@ class SamplingConfig:
         if self.cache_dir is not None:
             check_path(self.cache_dir, "sampling.cache_dir")
 
-    def _check_concat(self) -> None:
+    def _refuse_megatron_keys(self) -> None:
         megatron_only = {
             "split": (self.split, MEGATRON_DEFAULT_SPLIT),
             "split_name": (self.split_name, MegatronSplit.TRAIN),

@@ -17,18 +17,35 @@ import numpy as np
 import yaml
 
 FIELDS = {
-    "top": ["seq_len", "seed", "eos_token_id", "vocab_size", "global_batch_size", "sources"],
+    "top": [
+        "seq_len",
+        "seed",
+        "eos_token_id",
+        "pad_token_id",
+        "vocab_size",
+        "global_batch_size",
+        "sources",
+    ],
     "sources": ["name", "path", "format", "dtype", "weight", "policy", "max_epochs"],
-    "sampling": ["mode", "shuffle", "shuffle_block", "num_samples", "cross_shard", "split"],
+    "sampling": [
+        "mode",
+        "shuffle",
+        "shuffle_block",
+        "num_samples",
+        "cross_shard",
+        "split",
+        "long_documents",
+    ],
     "storage": ["cache_size", "block_size", "retries", "timeout", "window_reads", "client"],
 }
 """Field names that typos are made of."""
 
 _INTS = [0, 1, -1, 2, 7, 2**31, 2**32, 2**63 - 1, 2**63, -(2**63), 2**70, 10**400]
 _FLOATS = [0.0, -0.0, 0.5, 1.0, 1.5, 1e-300, 5e-324, 1e308, 1.7e308, float("nan"), float("inf")]
-_STRINGS = ["", "x", "auto", "npy", "raw", "megatron", "concat", "uint16", "repeat", "stop",
-            "skip", "thread", "process", "spawn", "969,30,1", "/d", "a\x00b", "é", "\ufeff",
-            "s3://b/p", "1", "true", "null", "9" * 400]  # fmt: skip
+_STRINGS = ["", "x", "auto", "npy", "raw", "megatron", "concat", "packed", "padded", "split",
+            "truncate", "uint16", "repeat", "stop", "skip", "thread", "process", "spawn",
+            "969,30,1", "/d", "a\x00b", "é", "\ufeff", "s3://b/p", "1", "true", "null",
+            "9" * 400]  # fmt: skip
 
 
 def scalar(rng: random.Random, python_only: bool = False) -> Any:
@@ -78,8 +95,11 @@ def key(rng: random.Random) -> str:
 
 
 def valid_config(rng: random.Random) -> dict[str, Any]:
-    """A config every rule accepts: concat (one source or a mixture) or megatron mode."""
+    """A config every rule accepts: concat, packed or padded (one source or a mixture), or
+    megatron mode."""
     megatron = rng.random() < 0.25
+    mode = "megatron" if megatron else rng.choice(["concat", "concat", "packed", "padded"])
+    documents = mode in ("packed", "padded")
     count = rng.randint(1, 3)
     mixture = not megatron and (count > 1 or rng.random() < 0.2)
     weighted = mixture or (megatron and rng.random() < 0.5)
@@ -93,14 +113,19 @@ def valid_config(rng: random.Random) -> dict[str, Any]:
         cfg["eos_token_id"] = rng.randint(0, 99)
     if rng.random() < 0.3:
         cfg["vocab_size"] = rng.randint(100, 300_000)
+    if documents or (not megatron and rng.random() < 0.15):
+        # below every vocab_size drawn, and never an EOS (top level or a jsonl source's 0)
+        eos = cfg.get("eos_token_id")
+        cfg["pad_token_id"] = rng.choice([i for i in range(1, 100) if i != eos or not documents])
     if mixture or rng.random() < 0.3:
         cfg["global_batch_size"] = rng.randint(1, 4096)
-    cfg["sampling"] = _sampling(rng, megatron)
+    cfg["sampling"] = _sampling(rng, mode)
     if rng.random() < 0.5:
         masks = rng.random() < 0.5
         cfg["packing"] = {"masks": masks, "eod_mask_loss": masks and rng.random() < 0.5}
     if mixture and rng.random() < 0.5:
-        cfg["mixture"] = {"unit": rng.choice(["samples", "tokens"]), "temperature": 0.5}
+        units = ["samples"] if documents else ["samples", "tokens"]
+        cfg["mixture"] = {"unit": rng.choice(units), "temperature": 0.5}
         names = [s["name"] for s in sources]
         cfg["schedule"] = [
             {"start_step": step, "weights": {n: rng.uniform(0, 3) + 0.01 for n in names}}
@@ -130,15 +155,20 @@ def _source(rng: random.Random, name: str, weighted: bool, megatron: bool) -> di
     return source
 
 
-def _sampling(rng: random.Random, megatron: bool) -> dict[str, Any]:
-    if megatron:
+def _sampling(rng: random.Random, mode: str) -> dict[str, Any]:
+    if mode == "megatron":
         out: dict[str, Any] = {"mode": "megatron", "num_samples": rng.randint(1, 10**6)}
         out["split_name"] = rng.choice(["train", "valid", "test"])
         out["split"] = rng.choice(["969,30,1", "1,1,1", "100"])
         if out["split_name"] == "valid":
             out["drop_last_partial"] = rng.random() < 0.5
         return out
-    out = {"shuffle": rng.random() < 0.7, "cross_shard": rng.random() < 0.7}
+    documents = mode in ("packed", "padded")
+    out = {"shuffle": rng.random() < 0.7, "cross_shard": documents or rng.random() < 0.7}
+    if mode != "concat" or rng.random() < 0.2:
+        out["mode"] = mode
+    if rng.random() < 0.4:
+        out["long_documents"] = rng.choice(["split", "truncate"] if documents else ["split"])
     if out["shuffle"] and rng.random() < 0.3:
         out["shuffle_block"] = rng.randint(1, 1000)
     if rng.random() < 0.4:
