@@ -1,0 +1,421 @@
+"""Whole documents as samples: items, best-fit decreasing packing, padding.
+
+An **item** is a run of at most ``seq_len + 1`` tokens of one document. A sample holds whole
+items, contiguous from position 0, and padding after them.
+
+Worked example, seq_len 4 (capacity 5 tokens), documents of 7, 1, 0, 5, 3 and 2 tokens:
+
+* :func:`document_items` with ``"split"``: document 0 (7 tokens) becomes pieces ``[0, 5)`` and
+  ``[4, 7)`` (stride 4: every next-token pair once); the empty document 2 gives no item. Items
+  (id: length) ``0:5 1:3 2:1 3:5 4:3 5:2``. With ``"truncate"`` item 1 is dropped instead and
+  its 2 tokens past the first 5 are counted in ``truncated_tokens``.
+* :func:`pack_items`, capacity 5, one group: by length descending (ties: lower id first)
+  ``0 3 1 4 5 2``. Item 0 opens bin 0 (free 0), item 3 opens bin 1 (free 0), item 1 opens
+  bin 2 (free 2), item 4 opens bin 3 (free 2), item 5 (2 tokens) fits bins 2 and 3 exactly:
+  the tie goes to bin 2, which has had 2 tokens free the longest (free 0); item 2 goes to
+  bin 3 (free 1). Samples ``[0] [3] [1 5] [2 4]``: 4 samples, the bound ``ceil(19 / 5)``.
+* :func:`pad_items`: one item per sample, ``[0] [1] [2] [3] [4] [5]``.
+
+Best fit decreasing is run independently over consecutive groups of ``group_size`` items, so
+the plan is a pure function of (lengths, capacity, group_size) and costs O(n log g). Each group
+keeps its open bins in buckets by free space (first-in first-out lists) and a bitmap of the
+non-empty buckets, so "the smallest free space >= L" is a lowest-set-bit lookup. Two
+implementations give the same plan: up to ``_LOOP_GROUPS`` groups, a Python loop per item
+with a Python int as the bitmap (~0.5 µs per item at capacity 2049); beyond, the groups
+advance in lockstep, step ``i`` placing the ``i``-th largest item of every group in one numpy
+operation, over levels of uint64 bitmaps (64 buckets per word, 64 words per word above).
+Hand-written because no packing library offers a deterministic best fit over many groups.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamload.errors import ConfigError
+
+__all__ = [
+    "ALGORITHM",
+    "GROUP_SIZE",
+    "LONG_DOCUMENTS",
+    "ItemPlan",
+    "SamplePlan",
+    "document_items",
+    "pack_bound",
+    "pack_items",
+    "pad_items",
+]
+
+ALGORITHM = "bfd-groups-fifo-v1"
+"""Names the packing rule (order, ties, groups); part of any key of a cached plan: changing
+the rule changes which items share a sample."""
+GROUP_SIZE = 4096
+"""Default items per packing group: 0.06 % (seq_len 2048) and 0.14 % (8192) more samples than
+the bound on log-normal documents (``benchmarks/packing.py``)."""
+LONG_DOCUMENTS = ("split", "truncate")
+"""Values of ``long_documents``: what happens to a document longer than ``seq_len + 1``."""
+
+_LOOP_GROUPS = 64
+"""Up to this many groups a Python loop packs faster than lockstep numpy steps (whose fixed
+cost per step is paid ``group_size`` times): ~0.5-1.4 µs per item vs ~0.3 s per batch."""
+_STATE_BYTES = 128 << 20
+"""Bytes of packing state of the groups packed at once (more groups: fewer numpy calls)."""
+
+_ONE = np.uint64(1)
+_BIT = np.left_shift(_ONE, np.arange(64, dtype=np.uint64))
+"""``_BIT[k]``: the word with bit k set."""
+_FROM = ~(_BIT - _ONE)
+"""``_FROM[k]``: the word with bits k..63 set."""
+_DE_BRUIJN = 0x03F7_9D71_B4CB_0A89
+_CTZ_TABLE = np.zeros(64, dtype=np.int64)
+for _bit in range(64):
+    _CTZ_TABLE[(((1 << _bit) * _DE_BRUIJN) & 0xFFFF_FFFF_FFFF_FFFF) >> 58] = _bit
+
+
+@dataclass(frozen=True)
+class ItemPlan:
+    """A source's items, in storage order."""
+
+    starts: np.ndarray
+    """int64 ``[n]``: stream offset of each item's first token (may share memory with the
+    ``doc_bounds`` it came from)."""
+    lengths: np.ndarray
+    """int32 ``[n]``: tokens of each item, ``1 <= length <= seq_len + 1``."""
+    truncated_tokens: int
+    """Tokens dropped by ``"truncate"`` (0 with ``"split"``)."""
+    documents: int
+    """Non-empty documents."""
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """Which items each sample holds (CSR)."""
+
+    offsets: np.ndarray
+    """int64 ``[s + 1]``, ``offsets[0] = 0``."""
+    items: np.ndarray
+    """int64 ``[n]``: sample ``j`` holds ``items[offsets[j]:offsets[j + 1]]``, ascending."""
+
+    @property
+    def num_samples(self) -> int:
+        """s, samples in the plan."""
+        return int(self.offsets.size) - 1
+
+
+def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) -> ItemPlan:
+    """Cut a source's documents into items of at most ``seq_len + 1`` tokens.
+
+    Args:
+        doc_bounds: int64 ``[d + 1]``, non-decreasing stream offsets; document ``i`` is
+            tokens ``[doc_bounds[i], doc_bounds[i + 1])`` (equal bounds: an empty document).
+        seq_len: L; items hold at most L + 1 tokens.
+        long_documents: ``"split"``: a document of T > L + 1 tokens becomes the pieces
+            ``[k·L, min(k·L + L + 1, T))`` for ``k = 0 … ⌊(T − 2) / L⌋`` (every next-token
+            pair once, the last piece at least 2 tokens); ``"truncate"``: its first L + 1.
+
+    Returns:
+        The items in storage order (empty documents give none; a 1-token document gives one).
+
+    Raises:
+        ConfigError: ``seq_len`` or ``long_documents`` is invalid.
+        ValueError: ``doc_bounds`` is not a non-decreasing 1-D array of offsets >= 0.
+    """
+    if long_documents not in LONG_DOCUMENTS:
+        raise ConfigError(f"long_documents {long_documents!r}: expected one of {LONG_DOCUMENTS}")
+    if not 1 <= seq_len < np.iinfo(np.int32).max:
+        raise ConfigError(f"seq_len {seq_len}: expected 1 <= seq_len < 2**31 - 1")
+    bounds = np.asarray(doc_bounds, dtype=np.int64)
+    if bounds.ndim != 1 or bounds.size < 1:
+        raise ValueError(f"doc_bounds of shape {bounds.shape}: expected [documents + 1]")
+    sizes = np.diff(bounds)
+    if bounds[0] < 0 or np.any(sizes < 0):
+        raise ValueError("doc_bounds: expected non-decreasing stream offsets >= 0")
+    window, documents = seq_len + 1, int(np.count_nonzero(sizes))
+    starts = bounds[:-1]
+    if documents < sizes.size:
+        kept = np.flatnonzero(sizes)
+        starts, sizes = starts[kept], sizes[kept]
+    lengths = np.minimum(sizes, window, out=np.empty(sizes.size, np.int32), casting="unsafe")
+    if long_documents == "truncate":
+        dropped = int(sizes.sum() - lengths.sum(dtype=np.int64))
+        return ItemPlan(starts, lengths, dropped, documents)
+    long = np.flatnonzero(sizes > window)
+    if long.size:
+        starts, lengths = _insert_pieces(starts, sizes, lengths, long, seq_len)
+    return ItemPlan(starts, lengths, 0, documents)
+
+
+def _insert_pieces(
+    starts: np.ndarray, sizes: np.ndarray, lengths: np.ndarray, long: np.ndarray, seq_len: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Insert the second and later pieces of the documents ``long`` after their first piece
+    (sparse work: no per-item gather over all documents)."""
+    extra = (sizes[long] - 2) // seq_len
+    piece = np.arange(int(extra.sum())) - np.repeat(np.cumsum(extra) - extra, extra) + 1
+    begin = np.repeat(starts[long], extra) + piece * seq_len
+    end = np.repeat(starts[long] + sizes[long], extra)
+    at = np.repeat(long + 1, extra)
+    piece_lengths = np.minimum(end - begin, seq_len + 1).astype(np.int32)
+    return np.insert(starts, at, begin), np.insert(lengths, at, piece_lengths)
+
+
+def pad_items(num_items: int) -> SamplePlan:
+    """The padded plan: sample ``j`` holds item ``j`` alone.
+
+    Raises:
+        ValueError: ``num_items`` is negative.
+    """
+    if num_items < 0:
+        raise ValueError(f"num_items {num_items}: expected >= 0")
+    return SamplePlan(
+        np.arange(num_items + 1, dtype=np.int64), np.arange(num_items, dtype=np.int64)
+    )
+
+
+def pack_bound(lengths: np.ndarray, capacity: int) -> int:
+    """``⌈sum(lengths) / capacity⌉``: no packing can use fewer samples."""
+    return -(-int(np.asarray(lengths, dtype=np.int64).sum()) // capacity)
+
+
+def pack_items(lengths: np.ndarray, capacity: int, group_size: int = GROUP_SIZE) -> SamplePlan:
+    """Best-fit decreasing of items into samples of ``capacity`` tokens, group by group.
+
+    Groups are items ``[0, g)``, ``[g, 2g)``, … (``g = group_size``; the last may be
+    shorter). Within a group, items go in order of length descending (ties: lower id first)
+    into the open bin with the least free space that holds them (ties: the bin that has had
+    that free space the longest); when none does, into a new bin.
+
+    Args:
+        lengths: int ``[n]``, every length in ``[1, capacity]``.
+        capacity: Tokens per sample (``seq_len + 1``).
+        group_size: Items per group (>= 1).
+
+    Returns:
+        Samples in order: groups in order, a group's bins in the order they were opened;
+        each sample's items ascending.
+
+    Raises:
+        ValueError: a length is outside ``[1, capacity]``, or ``capacity`` or
+            ``group_size`` is below 1.
+    """
+    sizes = np.asarray(lengths, dtype=np.int64)
+    if capacity < 1 or group_size < 1:
+        raise ValueError(f"capacity {capacity}, group_size {group_size}: expected both >= 1")
+    if sizes.ndim != 1:
+        raise ValueError(f"lengths of shape {sizes.shape}: expected one dimension")
+    if sizes.size and (sizes.min() < 1 or sizes.max() > capacity):
+        raise ValueError(f"item lengths span {sizes.min()}..{sizes.max()}: expected 1..{capacity}")
+    group = min(group_size, max(1, sizes.size))
+    if sizes.size <= _LOOP_GROUPS * group:
+        return _pack_in_python(sizes, capacity, group)
+    return _pack_in_lockstep(sizes, capacity, group)
+
+
+def _pack_in_python(sizes: np.ndarray, capacity: int, group: int) -> SamplePlan:
+    """:func:`pack_items` one item at a time: cheaper than numpy calls for a few groups.
+
+    Per group: a first-in first-out list of bins per free space, and a Python int whose bit
+    ``f`` says "a bin has ``f`` tokens free" (bit ``capacity``: a new bin); the best fit for
+    ``size`` is the lowest set bit at or above ``size``.
+    """
+    bins = np.empty(sizes.size, dtype=np.int64)
+    opened = 0
+    for first in range(0, sizes.size, group):
+        order = np.argsort(capacity - sizes[first : first + group], kind="stable")
+        lists: dict[int, collections.deque[int]] = collections.defaultdict(collections.deque)
+        bitmap, fresh, chosen = 1 << capacity, 0, []
+        for size in sizes[first + order].tolist():
+            above = bitmap >> size
+            free = size + (above & -above).bit_length() - 1
+            if free == capacity:
+                found, fresh = fresh, fresh + 1
+            else:
+                found = lists[free].popleft()
+                if not lists[free]:
+                    bitmap ^= 1 << free
+            chosen.append(found)
+            if free > size:  # a full bin is never chosen again
+                lists[free - size].append(found)
+                bitmap |= 1 << (free - size)
+        bins[first + order] = np.array(chosen, dtype=np.int64) + opened
+        opened += fresh
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(bins))]).astype(np.int64)
+    return SamplePlan(offsets, np.argsort(bins, kind="stable").astype(np.int64))
+
+
+def _pack_in_lockstep(sizes: np.ndarray, capacity: int, group: int) -> SamplePlan:
+    """:func:`pack_items` with all groups advancing one item per numpy step (many groups)."""
+    per_batch = group * max(1, _STATE_BYTES // _group_bytes(capacity, group))
+    counts, items = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for first in range(0, sizes.size, per_batch):
+        batch_counts, batch_items = _pack_batch(sizes[first : first + per_batch], capacity, group)
+        counts.append(batch_counts)
+        items.append(batch_items + first)
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(counts))])
+    return SamplePlan(offsets.astype(np.int64), np.concatenate(items))
+
+
+def _group_bytes(capacity: int, group: int) -> int:
+    """Approximate bytes of packing state per group (buckets, lists, bitmaps, sort keys)."""
+    pointer = 2 if group < 2**15 else 4
+    return 2 * (capacity + 1) * pointer + (capacity + 1) // 8 + group * (3 * pointer + 44)
+
+
+def _pack_batch(sizes: np.ndarray, capacity: int, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pack consecutive groups of ``group`` items; sample sizes and items of the samples."""
+    num_groups = -(-sizes.size // group)
+    padded = np.zeros(num_groups * group, dtype=np.int32 if capacity < 2**31 else np.int64)
+    padded[: sizes.size] = sizes
+    table = padded.reshape(num_groups, group)
+    key_type = np.uint16 if capacity < 2**16 else np.uint32  # radix sort for 16-bit keys
+    order = np.argsort((capacity - table).astype(key_type), axis=1, kind="stable")
+    sorted_sizes = np.ascontiguousarray(np.take_along_axis(table, order, axis=1).T)
+    bins = _Bins(num_groups, capacity, group)
+    placed = np.full((group, num_groups), -1, dtype=bins.next.dtype)
+    last = sizes.size - (num_groups - 1) * group  # items of the last group
+    # Items over half the capacity never share a bin: while every group places one, open
+    # the bins in bulk instead of one step at a time.
+    opening = int(np.count_nonzero(2 * table > capacity, axis=1).min())
+    bins.open_bins(sorted_sizes[:opening])
+    placed[:opening] = np.arange(opening)[:, None]
+    for step in range(opening, group):
+        active = num_groups if step < last else num_groups - 1
+        placed[step, :active] = bins.place(sorted_sizes[step, :active])
+    local = np.empty_like(table)
+    np.put_along_axis(local, order, placed.T, axis=1)  # bin of each item, -1 for padding
+    sample_of = local + (np.cumsum(bins.opened) - bins.opened)[:, None]
+    counts = np.bincount(sample_of[local >= 0])
+    keys = np.where(local < 0, group, local).astype(np.uint16 if group < 2**16 else np.uint32)
+    within = np.argsort(keys, axis=1, kind="stable")
+    items = (within + np.arange(num_groups)[:, None] * group).ravel()[: sizes.size]
+    return counts.astype(np.int64), items.astype(np.int64)
+
+
+def _lowest_bit(words: np.ndarray) -> np.ndarray:
+    """Index of the lowest set bit of each uint64 word (0 for a zero word)."""
+    low = words & (~words + _ONE)
+    return _CTZ_TABLE[(low * np.uint64(_DE_BRUIJN)) >> np.uint64(58)]
+
+
+class _Bins:
+    """The open bins of a batch of groups, bucketed by free space; placing one item per group.
+
+    Per group: ``head``/``tail`` of a first-in first-out list of bins per free space
+    ``0..capacity`` (linked through ``next``), and levels of bitmaps over the buckets (level
+    0: bit r = bucket r non-empty; level k + 1: bit w = word w of level k non-zero). Bucket
+    ``capacity`` stands for the next unopened bin: its bit is always set, so every search
+    succeeds. Full bins go to bucket 0, which no search reaches (items have >= 1 token).
+    """
+
+    def __init__(self, groups: int, capacity: int, max_bins: int) -> None:
+        pointer = np.int16 if max_bins < 2**15 else np.int32
+        self.capacity = capacity
+        self.head = np.full(groups * (capacity + 1), -1, dtype=pointer)
+        self.tail = np.zeros(groups * (capacity + 1), dtype=pointer)
+        self.next = np.full(groups * max_bins, -1, dtype=pointer)
+        self.head_base = np.arange(groups, dtype=np.int64) * (capacity + 1)
+        self.next_base = np.arange(groups, dtype=np.int64) * max_bins
+        self.opened = np.zeros(groups, dtype=np.int64)
+        self.levels: list[np.ndarray] = []
+        self.level_base: list[np.ndarray] = []
+        bits = capacity + 1
+        while True:
+            words = -(-bits // 64)
+            self.levels.append(np.zeros(groups * (words + 1), dtype=np.uint64))  # + 1: spare
+            self.level_base.append(np.arange(groups, dtype=np.int64) * (words + 1))
+            if words == 1:
+                break
+            bits = words
+        self._mark(np.full(groups, capacity, dtype=np.int64), groups)
+
+    def open_bins(self, sizes: np.ndarray) -> None:
+        """Open bins ``0..m-1`` of every group with items ``sizes`` (``[m, groups]``) that
+        fit no open bin: what ``m`` calls of :meth:`place` would do, in one pass."""
+        if sizes.size == 0:
+            return
+        free = self.capacity - sizes.T.astype(np.int64)
+        order = np.argsort(free, axis=1, kind="stable")  # each bucket's bins in opening order
+        free = np.take_along_axis(free, order, axis=1)
+        first = np.ones(free.shape, dtype=bool)
+        first[:, 1:] = free[:, 1:] != free[:, :-1]
+        last = np.ones(free.shape, dtype=bool)
+        last[:, :-1] = first[:, 1:]
+        slot = self.head_base[:, None] + free
+        self.head[slot[first]] = order[first]
+        self.tail[slot[last]] = order[last]
+        linked = ~first[:, 1:]
+        self.next[(self.next_base[:, None] + order[:, :-1])[linked]] = order[:, 1:][linked]
+        position = free[first]
+        groups = np.nonzero(first)[0]
+        for level, base in zip(self.levels, self.level_base, strict=True):
+            np.bitwise_or.at(level, base[groups] + (position >> 6), _BIT[position & 63])
+            position = position >> 6
+        self.opened[:] = sizes.shape[0]
+
+    def place(self, sizes: np.ndarray) -> np.ndarray:
+        """Place one item in each of the first ``sizes.size`` groups; the bins (int64)."""
+        active = sizes.size
+        sizes = sizes.astype(np.int64, copy=False)
+        free = self._find(sizes, active)
+        fresh = free == self.capacity
+        slot = self.head_base[:active] + free
+        first = self.head[slot].astype(np.int64)
+        chosen = np.where(fresh, self.opened[:active], first)
+        self.opened[:active] += fresh
+        after = self.next[self.next_base[:active] + first]  # garbage where fresh: unused
+        self.head[slot] = np.where(fresh, -1, after)
+        self._unmark(free, (after < 0) & ~fresh, active)
+        self._append(free - sizes, chosen, active)
+        return chosen
+
+    def _append(self, free: np.ndarray, chosen: np.ndarray, active: int) -> None:
+        slot = self.head_base[:active] + free
+        head = self.head[slot]
+        empty = head < 0
+        self.head[slot] = np.where(empty, chosen, head)
+        before = np.where(empty, chosen, self.tail[slot])  # an empty list: link to itself
+        self.next[self.next_base[:active] + before] = chosen
+        self.next[self.next_base[:active] + chosen] = -1
+        self.tail[slot] = chosen
+        self._mark(free, active)
+
+    def _mark(self, bucket: np.ndarray, active: int) -> None:
+        position = bucket
+        for level, base in zip(self.levels, self.level_base, strict=True):
+            word = base[:active] + (position >> 6)
+            level[word] |= _BIT[position & 63]
+            position = position >> 6
+
+    def _unmark(self, bucket: np.ndarray, emptied: np.ndarray, active: int) -> None:
+        position, clear = bucket, emptied
+        for level, base in zip(self.levels, self.level_base, strict=True):
+            if not clear.any():
+                return
+            word = base[:active] + (position >> 6)
+            value = level[word]
+            value &= ~(_BIT[position & 63] * clear)
+            level[word] = value
+            clear = clear & (value == 0)
+            position = position >> 6
+
+    def _find(self, sizes: np.ndarray, active: int) -> np.ndarray:
+        """The smallest non-empty bucket >= each size: up the levels, then down."""
+        position, words, hits = sizes, [], []
+        for level, base in zip(self.levels, self.level_base, strict=True):
+            word = position >> 6
+            words.append(word)
+            hits.append(level[base[:active] + word] & _FROM[position & 63])
+            position = word + 1
+        top = len(self.levels) - 1
+        found = np.full(active, top)
+        for depth in range(top - 1, -1, -1):
+            found = np.where(hits[depth] != 0, depth, found)
+        index = words[top] * 64 + _lowest_bit(hits[top])
+        for depth in range(top - 1, -1, -1):
+            below = found > depth
+            inner = self.levels[depth][self.level_base[depth][:active] + np.where(below, index, 0)]
+            word = np.where(below, inner, hits[depth])
+            index = np.where(below, index, words[depth]) * 64 + _lowest_bit(word)
+        return index
