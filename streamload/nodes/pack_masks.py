@@ -8,7 +8,7 @@ from torchdata.nodes import BaseNode
 
 from streamload.errors import ConfigError
 from streamload.nodes.map_stage import MapStage
-from streamload.ops.masks import packing_fields, starts_from_eos
+from streamload.ops.masks import mask_padding, packing_fields, starts_from_eos
 from streamload.ops.megatron_masks import mask_pad, switched_fields
 from streamload.streams.chunks import TokenChunk
 
@@ -46,6 +46,8 @@ class MaskPacker:
         }
         if tokens.dtype.kind == "i" and tokens.size and int(tokens.min()) < 0:
             mask_pad(arrays["input_ids"], arrays["labels"])  # Megatron's pad (-1)
+        if chunk.lengths is not None:  # a label that is padding is not predicted
+            mask_padding(arrays["labels"], chunk.lengths)
         if self.masks:
             starts = chunk.doc_starts
             if starts is None:

@@ -25,7 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["IGNORE_INDEX", "packing_fields", "starts_from_eos", "starts_from_offsets"]
+__all__ = [
+    "IGNORE_INDEX",
+    "mask_padding",
+    "packing_fields",
+    "starts_from_eos",
+    "starts_from_offsets",
+]
 
 IGNORE_INDEX = -100
 """Label value that ``torch.nn.CrossEntropyLoss`` skips."""
@@ -58,6 +64,17 @@ def starts_from_offsets(
     picks = doc_starts[first + np.arange(rows.shape[0])]
     starts[rows, picks - window_starts[rows]] = True
     return starts
+
+
+def mask_padding(labels: np.ndarray, lengths: np.ndarray) -> None:
+    """Set ``labels[i, t] = -100`` where the label token ``t + 1`` is padding, i.e. where
+    ``t + 1 >= lengths[i]`` (labels int64 ``[n, L]``, in place; lengths ``[n]``).
+
+    Trace, L = 4, lengths ``[5, 3]``, labels ``[[1, 2, 3, 4], [7, 8, 9, 9]]`` →
+    ``[[1, 2, 3, 4], [7, 8, -100, -100]]``.
+    """
+    columns = np.arange(1, labels.shape[1] + 1)
+    labels[columns[None, :] >= np.asarray(lengths)[:, None]] = IGNORE_INDEX
 
 
 def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:

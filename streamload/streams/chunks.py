@@ -38,6 +38,8 @@ class TokenChunk:
             index or EOS), or ``None`` when masks are off.
         skipped_rows: Rows skipped under ``on_error = "skip"`` (their bytes stayed
             unreadable; their tokens are zeros), int64 row indices into ``tokens``.
+        lengths: Tokens of each row that are data, int64 ``[batches * batch_size]``; the rest
+            of the row is padding (packed and padded modes). ``None``: every token is data.
     """
 
     plan: ChunkPlan
@@ -45,3 +47,4 @@ class TokenChunk:
     starts: np.ndarray
     doc_starts: np.ndarray | None = None
     skipped_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    lengths: np.ndarray | None = None

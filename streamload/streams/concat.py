@@ -49,10 +49,13 @@ class ConcatStream:
         catalogs: Described sources, one per ``config.sources`` entry.
     """
 
+    source_class: type[ConcatSource] = ConcatSource
+    """How one source's local sample ``j`` becomes tokens (whole-document modes swap it)."""
+
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
         self.seq_len = config.seq_len
-        self.sources = tuple(ConcatSource(config, c) for c in catalogs)
+        self.sources = tuple(self.source_class(config, c) for c in catalogs)
         self.is_mixture = config.is_mixture
         self.phases = _phases(config) if self.is_mixture else ()
         first = self.sources[0]

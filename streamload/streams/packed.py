@@ -1,0 +1,81 @@
+"""``sampling.mode = "packed"`` and ``"padded"``: whole documents as samples.
+
+Everything above a source is concat mode's (:class:`~streamload.streams.concat.ConcatStream`):
+passes, mixtures (a mixture allocates *samples* per global batch), the rank split, the cursor
+and its state. Only what a source-local sample holds changes (:class:`~streamload.streams.
+packed_source.PackedSource`): its items (whole documents, or pieces of long ones), contiguous
+from position 0, then ``pad_token_id``. A chunk carries each row's data length, so labels
+that are padding become −100, and with masks every item is its own document and the padding
+the row's last segment (docs/design.md §3.1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamload.plan.packing import ALGORITHM, GROUP_SIZE
+from streamload.streams.chunks import ChunkPlan, TokenChunk
+from streamload.streams.concat import ConcatStream
+from streamload.streams.packed_source import PackedSource
+
+__all__ = ["PackedStream"]
+
+
+class PackedStream(ConcatStream):
+    """Samples of whole documents in their global order (implements
+    :class:`streamload.streams.interface.SampleStream`).
+
+    Args:
+        config: The data config (``packed`` or ``padded`` mode).
+        catalogs: Described sources, one per ``config.sources`` entry.
+    """
+
+    source_class = PackedSource
+    sources: tuple[PackedSource, ...]
+
+    @property
+    def has_documents(self) -> bool:
+        """Items are documents: a chunk always knows where they start."""
+        return True
+
+    def read_chunk(self, plan: ChunkPlan, documents: bool) -> TokenChunk:
+        """Tokens, data lengths and (with ``documents``) item starts of a chunk's samples."""
+        src = plan.sources.ravel()
+        local = plan.local_ids.ravel()
+        dtype = np.result_type(*[s.shards.dtype for s in self.sources])
+        width = self.seq_len + 1
+        tokens = np.empty((src.shape[0], width), dtype=dtype)
+        starts = np.empty(src.shape[0], dtype=np.int64)
+        lengths = np.empty(src.shape[0], dtype=np.int64)
+        doc_starts = np.zeros(tokens.shape, dtype=bool) if documents else None
+        skipped = np.zeros(src.shape[0], dtype=bool)
+        for index in np.unique(src).tolist():
+            rows = np.flatnonzero(src == index)
+            block = self.sources[index].read_rows(local[rows])
+            tokens[rows], starts[rows], lengths[rows] = block[0], block[1], block[2]
+            if doc_starts is not None:
+                doc_starts[rows] = block[3]
+            skipped[rows] = block[4]
+        return TokenChunk(
+            plan,
+            tokens,
+            starts,
+            doc_starts,
+            skipped_rows=np.flatnonzero(skipped),
+            lengths=lengths,
+        )
+
+    def fingerprint(self, cursor: Any = None) -> dict[str, Any]:
+        """Concat mode's fingerprint plus what decides a sample's items: the packing
+        algorithm, ``long_documents``, ``pad_token_id`` and the EOS that finds documents."""
+        out = super().fingerprint(cursor)
+        out["packing"] = {
+            "algorithm": ALGORITHM,  # a change of the rule re-keys states
+            "group_size": GROUP_SIZE,
+            "long_documents": self.config.sampling.long_documents.value,
+            "pad_token_id": self.config.pad_token_id,
+            "eos_token_id": self.config.eos_token_id,
+        }
+        return out

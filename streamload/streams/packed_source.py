@@ -1,0 +1,204 @@
+"""One source's samples made of whole documents: local sample ``j`` → its items → tokens.
+
+The source's documents (the format's index, else EOS: :func:`streamload.formats.documents.
+document_bounds`, what ``streamload docs`` returns) become items of at most ``seq_len + 1``
+tokens (:func:`streamload.plan.packing.document_items`); ``packed`` mode packs them best-fit
+into samples, ``padded`` mode gives each its own sample (:mod:`streamload.plan.packing`).
+Which items a sample holds is fixed per (data, config); each epoch visits the samples in its
+own keyed permutation (:class:`streamload.plan.passes.PassPlan`), exactly as concat windows.
+
+A sample's row is its items, contiguous from position 0 in storage order, then
+``pad_token_id`` to ``seq_len + 1`` tokens; :meth:`PackedSource.read_rows` also returns each
+row's data length and where its documents (items) start, for labels and masks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from streamload.catalog.sources import SourceCatalog
+from streamload.config import DataConfig, SamplingMode
+from streamload.errors import ConfigError
+from streamload.formats.documents import document_bounds
+from streamload.formats.registry import get_format
+from streamload.plan.packing import document_items, pack_items, pad_items
+from streamload.plan.passes import PassPlan
+from streamload.streams.concat_source import ConcatSource
+from streamload.streams.shard_set import ShardSet
+
+__all__ = ["PackedSource", "RowBlock"]
+
+RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""``(tokens [n, seq_len + 1], first item start [n], data length [n], document starts
+[n, seq_len + 1] bool, skipped [n] bool)`` of a block of samples; a row is skipped when one
+of its items stayed unreadable under ``on_error = "skip"`` (its tokens are zeros)."""
+
+_MIN_READ = 64
+"""Narrowest read: items are read in width classes 64, 128, … ``seq_len + 1`` tokens."""
+
+
+class PackedSource(ConcatSource):
+    """Samples of whole documents of one source, indexed by the source-local index ``j``.
+
+    Shares :class:`ConcatSource`'s policy, vocabulary and document rules; only what a
+    sample holds differs.
+
+    Args:
+        config: The data config (``packed`` or ``padded`` mode).
+        catalog: The described source.
+
+    Raises:
+        ConfigError: the source holds no document, or has neither a document index nor an
+            ``eos_token_id`` to find its documents.
+    """
+
+    def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
+        self.config = config
+        self.catalog = catalog
+        self.name = catalog.config.name
+        self.seq_len = config.seq_len
+        self.shards = ShardSet(catalog.shards, config.storage)
+        self.pad_token_id = int(config.pad_token_id)  # type: ignore[arg-type]  # checked by config
+        self.items = document_items(
+            self._document_bounds(), config.seq_len, config.sampling.long_documents.value
+        )
+        if self.items.starts.size == 0:
+            raise ConfigError(f"source {self.name!r}: no document holds a token")
+        if not np.can_cast(np.min_scalar_type(self.pad_token_id), self.shards.dtype):
+            raise ConfigError(
+                f"pad_token_id = {self.pad_token_id} does not fit source {self.name!r}'s "
+                f"token dtype {self.shards.dtype.name}; pick a pad id the dtype holds"
+            )
+        if config.sampling.mode is SamplingMode.PADDED:
+            self.samples = pad_items(self.items.starts.size)
+        else:
+            self.samples = pack_items(self.items.lengths, config.seq_len + 1)
+        self.order = PassPlan(
+            name=self.name,
+            num_windows=self.samples.num_samples,
+            seed=config.seed,
+            shuffle=config.sampling.shuffle,
+            shuffle_block=config.sampling.shuffle_block,  # samples of nearby items
+            num_samples=None,
+        )
+
+    @property
+    def num_windows(self) -> int:
+        """Samples in one epoch of this source."""
+        return self.samples.num_samples
+
+    def packing_report(self) -> dict[str, int | float]:
+        """One epoch of this source: documents, items, samples, data, padding and truncated
+        tokens, and the samples over the bound ``ceil(data / (seq_len + 1))`` in percent."""
+        width = self.seq_len + 1
+        data = int(self.items.lengths.sum(dtype=np.int64))
+        samples = self.samples.num_samples
+        bound = -(-data // width)
+        return {
+            "documents": self.items.documents,
+            "items": int(self.items.starts.size),
+            "samples": samples,
+            "data_tokens": data,
+            "padding_tokens": samples * width - data,
+            "truncated_tokens": self.items.truncated_tokens,
+            "samples_over_bound_pct": round(100.0 * (samples - bound) / bound, 4),
+        }
+
+    def _document_bounds(self) -> np.ndarray:
+        """Stream offsets of every document of the source, shard by shard (int64 ``[d + 1]``)."""
+        eos = self.config.eos_token_id
+        if eos is None and not all(get_format(s.format).has_documents for s in self.catalog.shards):
+            raise ConfigError(
+                f"source {self.name!r}: {self.config.sampling.mode.value} mode needs documents; "
+                "its format records none, so set eos_token_id"
+            )
+        parts = [np.zeros(1, dtype=np.int64)]
+        for index in range(len(self.catalog.shards)):
+            bounds = np.asarray(document_bounds(self.shards.shard(index), eos), dtype=np.int64)
+            parts.append(bounds[1:] + self.shards.offsets[index])
+        return np.concatenate(parts)
+
+    def _items_of(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Items of the samples at source-local indices: ``(row of each item, item ids,
+        position of each item in its row)``, rows in the order of ``local``."""
+        slots = self.order.window_ids(0, np.asarray(local, dtype=np.int64).ravel())
+        first, last = self.samples.offsets[slots], self.samples.offsets[slots + 1]
+        counts = last - first
+        rows = np.repeat(np.arange(slots.size), counts)
+        begin = np.cumsum(counts) - counts
+        flat = np.arange(rows.size) - np.repeat(begin, counts) + np.repeat(first, counts)
+        items = self.samples.items[flat]
+        lengths = self.items.lengths[items].astype(np.int64)
+        before = np.cumsum(lengths) - lengths  # tokens of the block before each item
+        return rows, items, before - before[begin][rows]  # every sample has an item
+
+    def window_starts(self, local: np.ndarray) -> np.ndarray:
+        """Stream offset of each sample's first item (any shape)."""
+        ids = np.asarray(local, dtype=np.int64)
+        slots = self.order.window_ids(0, ids.ravel())
+        first = self.samples.items[self.samples.offsets[slots]]
+        return self.items.starts[first].reshape(ids.shape)
+
+    def prefetch(self, local: np.ndarray) -> None:
+        """Start fetching the items of source-local samples from remote shards."""
+        if self.shards.remote:
+            _, items, _ = self._items_of(local)
+            self.shards.prefetch(self.items.starts[items], self.seq_len + 1)
+
+    def read(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens ``[n, seq_len + 1]`` (padded) and each sample's first item offset ``[n]``."""
+        tokens, starts, *_ = self.read_rows(local)
+        return tokens, starts
+
+    def read_rows(self, local: np.ndarray) -> RowBlock:
+        """The rows of source-local samples: tokens, first item offsets, data lengths and
+        document (item) starts; see :data:`RowBlock`."""
+        rows, items, positions = self._items_of(local)
+        n, width = np.asarray(local).size, self.seq_len + 1
+        tokens = np.full((n, width), self.pad_token_id, dtype=self.shards.dtype)
+        lengths = self.items.lengths[items].astype(np.int64)
+        unread = self._gather_items(self.items.starts[items], lengths, rows, positions, tokens)
+        data = np.bincount(rows, lengths, n).astype(np.int64)
+        doc_starts = np.zeros((n, width), dtype=bool)
+        doc_starts[rows, positions] = True
+        padded = np.flatnonzero(data < width)
+        doc_starts[padded, data[padded]] = True  # the padding is the row's last segment
+        skipped = np.bincount(rows[unread], minlength=n) > 0
+        return tokens, self.window_starts(np.asarray(local).ravel()), data, doc_starts, skipped
+
+    def _gather_items(
+        self,
+        starts: np.ndarray,
+        lengths: np.ndarray,
+        rows: np.ndarray,
+        positions: np.ndarray,
+        out: np.ndarray,
+    ) -> np.ndarray:
+        """Copy each item's tokens into ``out[row, position:position + length]``: one
+        :meth:`ShardSet.gather` per width class (a read of at most twice an item's tokens,
+        shifted back where it would pass the source's end), then one scatter per class.
+
+        Returns:
+            Which items stayed unreadable (skipped under ``on_error = "skip"``), bool ``[k]``.
+        """
+        unread = np.zeros(starts.size, dtype=bool)
+        total, width = self.shards.num_tokens, out.shape[1]
+        classes = np.maximum(_MIN_READ, 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(int))
+        classes = np.minimum(classes, min(width, total))
+        for read in np.unique(classes).tolist():
+            pick = np.flatnonzero(classes == read)
+            begin = np.minimum(starts[pick], total - read)
+            block = np.empty((pick.size, read), dtype=out.dtype)
+            if self.shards.remote:
+                self.shards.take_skipped()  # only this read's skipped windows below
+            self.shards.gather(begin, block)
+            if self.shards.remote:
+                unread[pick] = np.isin(begin, self.shards.take_skipped())
+            self.check_tokens(block, begin)
+            shift, size = starts[pick] - begin, lengths[pick]
+            item_row = np.repeat(np.arange(pick.size), size)
+            offset = np.arange(item_row.size) - np.repeat(np.cumsum(size) - size, size)
+            out[rows[pick][item_row], positions[pick][item_row] + offset] = block[
+                item_row, np.repeat(shift, size) + offset
+            ]
+        return unread
