@@ -11,6 +11,7 @@ from hypothesis.extra import numpy as hnp
 
 from streamload.ops.masks import (
     IGNORE_INDEX,
+    mask_padding,
     packing_fields,
     starts_from_eos,
     starts_from_offsets,
@@ -192,3 +193,9 @@ def test_starts_from_offsets_edges() -> None:
     assert empty.shape == (0, 4)
     none = starts_from_offsets(np.array([2], dtype=np.int64), 4, np.array([], dtype=np.int64))
     assert none.tolist() == [[False] * 4]
+
+
+def test_mask_padding_masks_labels_that_are_padding() -> None:
+    labels = np.array([[1, 2, 3, 4], [7, 8, 9, 9], [5, 5, 5, 5]], dtype=np.int64)
+    mask_padding(labels, np.array([5, 3, 1]))  # full row, 3 data tokens, 1 data token
+    assert labels.tolist() == [[1, 2, 3, 4], [7, 8, -100, -100], [-100] * 4]
