@@ -219,7 +219,10 @@ def test_a_failing_store_costs_our_attempts_only(
     retries = 2
     corpus = make_corpus([600], fmt="raw")
     url = upload(s3, corpus)
-    storage = StorageConfig(cache_dir=str(tmp_path / "c"), **{**STALL, "retries": retries})
+    # Every attempt is answered (503) at once; a generous timeout keeps a slow first call of
+    # a loaded machine (s3fs/botocore session set-up) from timing out before any request.
+    patient = {**STALL, "retries": retries, "timeout": 10.0}
+    storage = StorageConfig(cache_dir=str(tmp_path / "c"), **patient)
     plan = StallPlan(mode="fail", ranged=True)
     with StallingProxy(s3.endpoint, plan) as proxy:
         handle = StorageHandle("s3", s3.storage_options(proxy.endpoint), storage)
@@ -237,7 +240,8 @@ def test_a_failing_store_costs_our_attempts_only(
         plan = StallPlan(mode="fail")
         with StallingProxy(s3.endpoint, plan) as proxy:
             config = s3_config(corpus, url, s3.storage_options(proxy.endpoint), tmp_path / "c",
-                               retries=attempts - 1, source={"format": "raw"})  # fmt: skip
+                               retries=attempts - 1, timeout=10.0,
+                               source={"format": "raw"})  # fmt: skip
             with pytest.raises(RemoteReadError, match=re.escape(url.removeprefix("s3://"))):
                 within(BUDGET + SLACK, lambda c=config: build_loader(c, batch_size=4))
         counts.append(len(plan.stalled))
