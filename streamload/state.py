@@ -151,8 +151,11 @@ def load_state(
     same = check_fingerprint(
         current["fingerprint"], stream.fingerprint(cursor), ignore_fingerprint_mismatch
     )
-    check_cursor(stream, cursor, _envelope_fields(), derive=same)
-    if same:
+    # The override skips what is derived from the data and the cursor (docs/design.md §2.8),
+    # never the types and keys; with other data those derivations would not hold anyway.
+    derive = same and not ignore_fingerprint_mismatch
+    check_cursor(stream, cursor, _envelope_fields(), derive=derive)
+    if derive:
         _check_derived(fields, sources, cursor, stream)
     return LoadedState(cursor, batches)
 

@@ -223,6 +223,23 @@ def test_an_endless_mixture_refuses_a_cursor_beyond_int64(mix: dict[str, Any]) -
         loader_of(mix, 12).load_state_dict(state)
 
 
+def test_a_mixture_beyond_the_checked_steps_loads_with_the_override(
+    mix: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run longer than the replay bound is refused with the way out named, and the
+    override loads it (the derived checks skipped) onto exactly the uninterrupted batches."""
+    import streamload.streams.cursor as cursor_module
+
+    state = saved_after(mix, 12, 7)
+    monkeypatch.setattr(cursor_module, "MAX_CHECKED_STEPS", 5)
+    with pytest.raises(StateError, match=r"exceeds the 5 global batches.*ignore_fingerprint"):
+        loader_of(mix, 12).load_state_dict(state)
+    loader = loader_of(mix, 12)
+    loader.load_state_dict(state, ignore_fingerprint_mismatch=True)
+    expected = [b for _, b in zip(range(10), loader_of(mix, 12), strict=False)][7:]
+    assert_batches_equal(expected, [b for _, b in zip(range(3), loader, strict=False)])
+
+
 def test_a_mixture_state_resumed_with_another_batch_size_is_checked_again(
     mix: dict[str, Any],
 ) -> None:

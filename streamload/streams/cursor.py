@@ -48,8 +48,9 @@ MAX_STATE_INT = 1 << 62
 """Exclusive bound of every integer in a state: indices derived from it (a sample's index in
 its source, ``epoch · windows + sample``) then stay inside int64; no run comes near it."""
 MAX_CHECKED_STEPS = 1 << 24
-"""Global batches a mixture position is replayed over when loaded (~1 µs each); a state
-claiming more is refused rather than checked for minutes."""
+"""Global batches a mixture position is replayed over when loaded (about 1 µs each,
+``benchmarks/state_checks.py``); a state claiming more is refused rather than checked for
+minutes, unless the derived checks are skipped (``ignore_fingerprint_mismatch=True``)."""
 
 _REPR = reprlib.Repr()
 _REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 40, 40, 40
@@ -292,13 +293,15 @@ def _check_mixture(
             f"state {fields.step} = {m.step} with {fields.batch_sizes} = {sizes} gives "
             f"{total} samples, but {fields.sample} = {sample}; the state was edited or is corrupt"
         )
+    if not derive:
+        return
     if m.step > MAX_CHECKED_STEPS:
         raise StateError(
             f"state {fields.step} = {m.step} exceeds the {MAX_CHECKED_STEPS} global batches "
-            "a mixture position is checked for"
+            "a mixture position is checked for (a replay of ~1 µs each); if the run really "
+            "took that many steps, load it with ignore_fingerprint_mismatch=True, which skips "
+            "this check"
         )
-    if not derive:
-        return
     want = replay_cursor(stream.phases, len(names), m.batch_sizes, m.step)
     found = [(fields.phase_step, m.phase_step, want.phase_step)]
     found += [(fields.drawn(i, n), m.drawn[i], want.drawn[i]) for i, n in enumerate(names)]
