@@ -33,11 +33,7 @@ class ConcatSource:
     """
 
     def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
-        self.config = config
-        self.catalog = catalog
-        self.name = catalog.config.name
-        self.seq_len = config.seq_len
-        self.shards = ShardSet(catalog.shards, config.storage)
+        self._bind(config, catalog)
         counts = np.array([s.num_tokens for s in catalog.shards], dtype=np.int64)
         self.layout = WindowLayout(counts, config.seq_len, config.sampling.cross_shard)
         self._check()
@@ -49,6 +45,14 @@ class ConcatSource:
             shuffle_block=config.sampling.shuffle_block,
             num_samples=None,
         )
+
+    def _bind(self, config: DataConfig, catalog: SourceCatalog) -> None:
+        """What every source class holds: the config, the described source, its open shards."""
+        self.config = config
+        self.catalog = catalog
+        self.name = catalog.config.name
+        self.seq_len = config.seq_len
+        self.shards = ShardSet(catalog.shards, config.storage)
 
     @property
     def num_windows(self) -> int:

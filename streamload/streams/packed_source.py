@@ -24,7 +24,6 @@ from streamload.formats.registry import get_format
 from streamload.plan.packing import document_items, pack_items, pad_items
 from streamload.plan.passes import PassPlan
 from streamload.streams.concat_source import ConcatSource
-from streamload.streams.shard_set import ShardSet
 
 __all__ = ["PackedSource", "RowBlock"]
 
@@ -53,11 +52,7 @@ class PackedSource(ConcatSource):
     """
 
     def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
-        self.config = config
-        self.catalog = catalog
-        self.name = catalog.config.name
-        self.seq_len = config.seq_len
-        self.shards = ShardSet(catalog.shards, config.storage)
+        self._bind(config, catalog)
         self.pad_token_id = int(config.pad_token_id)  # type: ignore[arg-type]  # checked by config
         self.items = document_items(
             self._document_bounds(), config.seq_len, config.sampling.long_documents.value
@@ -143,7 +138,8 @@ class PackedSource(ConcatSource):
         """Start fetching the items of source-local samples from remote shards."""
         if self.shards.remote:
             _, items, _ = self._items_of(local)
-            self.shards.prefetch(self.items.starts[items], self.seq_len + 1)
+            for _, begin, read in self._reads(items):  # the very ranges read_rows gathers
+                self.shards.prefetch(begin, read)
 
     def read(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens ``[n, seq_len + 1]`` (padded) and each sample's first item offset ``[n]``."""
@@ -157,37 +153,42 @@ class PackedSource(ConcatSource):
         n, width = np.asarray(local).size, self.seq_len + 1
         tokens = np.full((n, width), self.pad_token_id, dtype=self.shards.dtype)
         lengths = self.items.lengths[items].astype(np.int64)
-        unread = self._gather_items(self.items.starts[items], lengths, rows, positions, tokens)
+        unread = self._gather_items(items, rows, positions, tokens)
         data = np.bincount(rows, lengths, n).astype(np.int64)
         doc_starts = np.zeros((n, width), dtype=bool)
         doc_starts[rows, positions] = True
         padded = np.flatnonzero(data < width)
         doc_starts[padded, data[padded]] = True  # the padding is the row's last segment
         skipped = np.bincount(rows[unread], minlength=n) > 0
-        return tokens, self.window_starts(np.asarray(local).ravel()), data, doc_starts, skipped
+        first = self.items.starts[items[np.searchsorted(rows, np.arange(n))]]  # rows ascend
+        return tokens, first, data, doc_starts, skipped
+
+    def _reads(self, items: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, int]]:
+        """How the items are read: per width class (64, 128, … ``seq_len + 1`` tokens, at most
+        twice an item's tokens), ``(which items, read starts, width)``; a read that would pass
+        the source's end starts earlier, so it still holds its item."""
+        total = self.shards.num_tokens
+        lengths = self.items.lengths[items]
+        classes = np.maximum(_MIN_READ, 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(int))
+        classes = np.minimum(classes, min(self.seq_len + 1, total))
+        out = []
+        for read in np.unique(classes).tolist():
+            pick = np.flatnonzero(classes == read)
+            out.append((pick, np.minimum(self.items.starts[items[pick]], total - read), read))
+        return out
 
     def _gather_items(
-        self,
-        starts: np.ndarray,
-        lengths: np.ndarray,
-        rows: np.ndarray,
-        positions: np.ndarray,
-        out: np.ndarray,
+        self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray
     ) -> np.ndarray:
         """Copy each item's tokens into ``out[row, position:position + length]``: one
-        :meth:`ShardSet.gather` per width class (a read of at most twice an item's tokens,
-        shifted back where it would pass the source's end), then one scatter per class.
+        :meth:`ShardSet.gather` per width class (:meth:`_reads`), then one scatter per class.
 
         Returns:
             Which items stayed unreadable (skipped under ``on_error = "skip"``), bool ``[k]``.
         """
-        unread = np.zeros(starts.size, dtype=bool)
-        total, width = self.shards.num_tokens, out.shape[1]
-        classes = np.maximum(_MIN_READ, 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(int))
-        classes = np.minimum(classes, min(width, total))
-        for read in np.unique(classes).tolist():
-            pick = np.flatnonzero(classes == read)
-            begin = np.minimum(starts[pick], total - read)
+        unread = np.zeros(items.size, dtype=bool)
+        starts, lengths = self.items.starts[items], self.items.lengths[items].astype(np.int64)
+        for pick, begin, read in self._reads(items):
             block = np.empty((pick.size, read), dtype=out.dtype)
             if self.shards.remote:
                 self.shards.take_skipped()  # only this read's skipped windows below

@@ -24,7 +24,6 @@ folder, or one there that no writer made, is an error, never skipped.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -34,7 +33,7 @@ from typing import Any
 
 from streamload.errors import ConfigError, FormatError
 from streamload.tokenize.lock import exclusive
-from streamload.util.files import atomic_output, publish, remove_stale_temps, temp_beside
+from streamload.util.files import atomic_output, remove_stale_temps
 
 __all__ = ["RunRecord"]
 
@@ -213,14 +212,8 @@ def _move_atomic(src: str, dst: str) -> None:
     try:
         os.replace(src, dst)
     except OSError:  # EXDEV: another file system
-        tmp = temp_beside(dst)
-        try:
+        with atomic_output(dst) as tmp:
             shutil.copyfile(src, tmp)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        publish(tmp, dst)
         os.unlink(src)
 
 

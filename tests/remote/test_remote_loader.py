@@ -506,3 +506,21 @@ def test_closing_a_loader_frees_its_memory_cache(
     with build_loader(corpus.config(seq_len=16), batch_size=4) as local:
         assert_batches_equal(list(local), first, "first pass")
         assert_batches_equal(list(local), list(loader), "second pass, after close")
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packed_mode_reads_remotely(
+    make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
+    tmp_path: Path, workers: int,
+) -> None:  # fmt: skip
+    """Whole-document samples (item reads in width classes, prefetched as they are read)
+    from S3 equal the local ones, with masks."""
+    corpus = make_corpus([700, 300, 900])
+    packed = {"sampling": {"mode": "packed"}, "pad_token_id": 1, "packing": {"masks": True}}
+    local_config = {**corpus.config(seq_len=16), **packed}
+    config = {**remote_config(corpus, upload(corpus.folder), s3.storage_options(),
+                              tmp_path / "c"), **packed}  # fmt: skip
+    options = LoaderOptions(worker_type="process") if workers else None
+    local = batches(local_config, num_workers=workers, options=options)
+    assert_batches_equal(local, batches(config, num_workers=workers, options=options), "packed")
