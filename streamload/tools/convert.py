@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,7 +176,9 @@ class StagedWriter:
         self._closed = False
         with contextlib.ExitStack() as stack:
             staging = stack.enter_context(staged_output(*self.paths))
-            self._writer = make(staging)
+            # Unwound last in, first out: the writer finishes (or discards) its files, then
+            # the staging folder is published (or removed).
+            self._writer = stack.enter_context(make(staging))
             self._stack = stack.pop_all()
 
     def add_document(self, tokens: np.ndarray) -> None:
@@ -198,29 +199,17 @@ class StagedWriter:
         self._writer.add_document(arr)
 
     def close(self) -> None:
-        """Finish the output and publish it."""
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            self._writer.close()
-        except BaseException:
-            self._stack.__exit__(*sys.exc_info())
-            raise
-        self._stack.close()
+        """Finish the output and publish it (on a failure, nothing is published)."""
+        self.__exit__(None, None, None)
 
     def __enter__(self) -> StagedWriter:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if exc_type is None:
-            self.close()
-        elif not self._closed:
+        """Publish (no exception) or discard (an exception) the output, once."""
+        if not self._closed:
             self._closed = True
-            try:
-                self._writer.__exit__(exc_type, exc, tb)
-            finally:
-                self._stack.__exit__(exc_type, exc, tb)
+            self._stack.__exit__(exc_type, exc, tb)
 
 
 def open_writer(
