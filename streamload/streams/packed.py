@@ -18,6 +18,7 @@ import numpy as np
 from streamload.plan.packing import ALGORITHM, GROUP_SIZE
 from streamload.streams.chunks import ChunkPlan, TokenChunk
 from streamload.streams.concat import ConcatStream
+from streamload.streams.cursor import StreamCursor
 from streamload.streams.packed_source import PackedSource
 
 __all__ = ["PackedStream"]
@@ -67,7 +68,7 @@ class PackedStream(ConcatStream):
             lengths=lengths,
         )
 
-    def fingerprint(self, cursor: Any = None) -> dict[str, Any]:
+    def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
         """Concat mode's fingerprint plus what decides a sample's items: the packing
         algorithm, ``long_documents``, ``pad_token_id`` and the EOS that finds documents."""
         out = super().fingerprint(cursor)
