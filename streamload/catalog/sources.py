@@ -130,16 +130,18 @@ def describe_source(
     jobs: list[Job] = []
     for f in files:  # folder facts first (one listing per folder), sequentially
         folder = posixpath.dirname(f.path)
+        if folder not in siblings:  # remote calls once per folder, not once per file
+            retrying(storage, f"{folder}/", folder_dtype, fs, folder, meta)
+            retrying(storage, f"listing {folder}/", sibling_files, fs, folder, siblings)
         options = ReadOptions(
             dtype=source.dtype,
-            meta_dtype=retrying(storage, f"{folder}/", folder_dtype, fs, folder, meta),
+            meta_dtype=meta[folder],
             vocab_size=vocab_size,
             eos_token_id=eos_token_id,
             tokenizer=_tokenizer_spec(source),
         )
         listed = ListedFile(source_url(fs, f.path, source), f.relpath, f.size, f.version)
-        names = retrying(storage, f"listing {folder}/", sibling_files, fs, folder, siblings)
-        jobs.append((listed, options, names))
+        jobs.append((listed, options, siblings[folder]))
     if handle is None:
         fmt = source.format.value
         infos = [
