@@ -77,7 +77,7 @@ _MOVED = {
     "streamload.demo": "streamload.tools.demo",
     "streamload.documents": "streamload.tools.documents",
     "streamload.listing": "streamload.catalog.listing",
-    "streamload.megatron_cache": "streamload.streams.megatron_cache",
+    "streamload.megatron_cache": "streamload.streams.index_cache",
     "streamload.megatron_config": "streamload.config.megatron",
     "streamload.megatron_source": "streamload.streams.megatron_source",
     "streamload.megatron_stream": "streamload.streams.megatron",

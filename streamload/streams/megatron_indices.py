@@ -2,7 +2,7 @@
 
 In this order: megatron-core's own cached files of every dataset
 (:mod:`streamload.streams.megatron_core_cache`; the blend is then rebuilt, which is fast), else
-our cache (:mod:`streamload.streams.megatron_cache`, built once per job), else built here.
+our cache (:mod:`streamload.streams.index_cache`, built once per job), else built here.
 
 Before anything is built, the size of the indices is computed from the layout alone
 (:func:`~streamload.plan.megatron_layout.megatron_index_size`, O(1) beyond a sum of the
@@ -39,7 +39,7 @@ from streamload.plan.megatron_layout import (
     gpt_index_size,
     megatron_index_size,
 )
-from streamload.streams.megatron_cache import load_or_build
+from streamload.streams.index_cache import load_or_build
 from streamload.streams.megatron_core_cache import find_megatron_gpt_cache
 from streamload.streams.megatron_source import MegatronSource
 

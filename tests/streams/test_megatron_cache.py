@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from streamload import build_loader, load_config
+from streamload.streams.index_cache import cache_key, load_or_build
 from streamload.streams.interface import SampleStream
 from streamload.streams.megatron import MegatronStream
-from streamload.streams.megatron_cache import cache_key, load_or_build
 from tests.helpers.paths import TESTS
 from tests.streams.test_megatron import GOLDENS, config_of, load
 
@@ -96,10 +96,12 @@ def test_a_lock_left_by_a_killed_builder_is_taken_over(tmp_path: Path) -> None:
 def _build_later(folder: str, description: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     import time
 
-    from streamload import megatron_cache
+    from streamload.streams import index_cache
 
     time.sleep(0.5)
-    megatron_cache._write(Path(folder), cache_key(description), description, arrays)
+    index_cache._Entry(Path(folder), cache_key(description), index_cache.MEGATRON).save(
+        description, arrays
+    )
 
 
 @pytest.mark.slow

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamload.streams import megatron_cache
-from streamload.streams.megatron_cache import cache_key, load_or_build
+from streamload.streams import index_cache
+from streamload.streams.index_cache import cache_key, load_or_build
 
 ARRAYS = {"x": np.arange(7, dtype=np.int32)}
 
@@ -31,7 +31,7 @@ def _never() -> dict[str, np.ndarray]:
 def short_wait(monkeypatch: pytest.MonkeyPatch) -> float:
     """Without the fix the waiter builds after WAIT_SECONDS: keep that short but well above
     the bound the tests assert, so the failure is clear and quick."""
-    monkeypatch.setattr(megatron_cache, "WAIT_SECONDS", 30.0)
+    monkeypatch.setattr(index_cache, "WAIT_SECONDS", 30.0)
     return 30.0
 
 
@@ -48,7 +48,7 @@ def test_an_empty_lock_is_taken_over_within_seconds(
         got, _ = load_or_build(str(tmp_path), description, lambda: ARRAYS)
     waited = time.monotonic() - started
     assert waited < 10.0 < short_wait, f"waited {waited:.1f} s on a lock nobody holds"
-    assert waited >= megatron_cache.LOCK_GRACE_SECONDS  # a just-made lock may be live
+    assert waited >= index_cache.LOCK_GRACE_SECONDS  # a just-made lock may be live
     np.testing.assert_array_equal(got["x"], ARRAYS["x"])
     assert not lock.exists()
     assert any(str(lock) in r.getMessage() for r in caplog.records)  # said why it waited
@@ -79,7 +79,9 @@ def test_a_just_created_empty_lock_is_a_live_builder(tmp_path: Path) -> None:
 
     def builder() -> None:
         time.sleep(0.3)
-        megatron_cache._write(tmp_path, cache_key(description), description, ARRAYS)
+        index_cache._Entry(tmp_path, cache_key(description), index_cache.MEGATRON).save(
+            description, ARRAYS
+        )
         lock.unlink()
 
     thread = threading.Thread(target=builder)
@@ -99,7 +101,9 @@ def test_waiting_on_a_live_builder_is_logged(
 
     def builder() -> None:
         time.sleep(0.3)
-        megatron_cache._write(tmp_path, cache_key(description), description, ARRAYS)
+        index_cache._Entry(tmp_path, cache_key(description), index_cache.MEGATRON).save(
+            description, ARRAYS
+        )
 
     thread = threading.Thread(target=builder)
     thread.start()
