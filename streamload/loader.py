@@ -214,7 +214,11 @@ class StreamLoader:
         the training process and its loader workers (process workers report theirs with each
         result; thread workers count in the training process). ``skipped_samples`` counts
         each skipped sample once, when the batch it is in is delivered (zero tokens, every
-        label -100); chunks read ahead and never delivered count nothing.
+        label -100); chunks read ahead and never delivered count nothing. In ``packed`` and
+        ``padded`` modes each source also counts ``items``, ``data_tokens``,
+        ``padding_tokens`` and ``truncated_tokens`` of its samples drawn so far (all ranks;
+        ``tokens`` counts positions, padding included): a pure function of the position,
+        so a resumed run counts on exactly where the saved one stood.
         """
         sources = {}
         for source, (name, pos) in zip(
@@ -226,6 +230,7 @@ class StreamLoader:
                 "tokens": drawn * self.stream.seq_len,
                 "epochs": drawn // source.num_windows,
                 "repetition": drawn / source.num_windows,
+                **source.drawn(drawn),
             }
         return {
             "sources": sources,

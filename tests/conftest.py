@@ -16,6 +16,7 @@ inside ``hypothesis`` tests too; its corpora are :class:`tests.helpers.corpus_fa
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,19 @@ import pytest
 
 from tests.helpers.corpus_factory import Corpus, write_corpus
 from tests.helpers.paths import DATA
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Caches the tests make by default (packing plans, remote blocks) go to a fresh folder
+    of this run, never to the user's ``~/.cache/streamload`` (child processes inherit it)."""
+    before = os.environ.get("STREAMLOAD_CACHE_DIR")
+    os.environ["STREAMLOAD_CACHE_DIR"] = str(tmp_path_factory.mktemp("streamload-cache"))
+    yield
+    if before is None:
+        os.environ.pop("STREAMLOAD_CACHE_DIR", None)
+    else:
+        os.environ["STREAMLOAD_CACHE_DIR"] = before
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ item 16).
 
 from __future__ import annotations
 
-import importlib.util
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from streamload import LoaderOptions, StateError, StreamLoader, build_loader
 from streamload.testing import assert_batches_equal
 from tests.helpers.corpus import write_shards
-from tests.helpers.paths import REPO
+from tests.helpers.paths import REPO, load_script
 from tests.test_mixture_loader import SCHEDULE, SIZES, WEIGHTS, Ranks, mixture, write_sources
 
 pytestmark = pytest.mark.filterwarnings(
@@ -161,11 +160,7 @@ def test_dcp_inside_a_gloo_process_group(paths: dict[str, str], tmp_path: Path) 
 
 
 def load_example() -> Any:
-    spec = importlib.util.spec_from_file_location("dcp_checkpoint", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLE)
 
 
 def test_example_training_loop_resumes_model_and_data_exactly(tmp_path: Path) -> None:

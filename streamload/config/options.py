@@ -109,7 +109,9 @@ class SamplingConfig:
         drop_last_partial: ``megatron`` mode, valid split only: drop a last sample shorter
             than the others (``drop_last_partial_validation_sequence``); ``False`` pads it.
         cache_dir: ``megatron`` mode: folder for built indices (also searched for the index
-            files megatron-core wrote there, e.g. Megatron-LM's ``--data-cache-path``).
+            files megatron-core wrote there, e.g. Megatron-LM's ``--data-cache-path``);
+            ``packed``/``padded`` modes: folder for the packing plans (unset: ``plans/`` in
+            the storage cache folder).
     """
 
     mode: SamplingMode = SamplingMode.CONCAT
@@ -153,6 +155,8 @@ class SamplingConfig:
             self._check_megatron()
             return
         self._refuse_megatron_keys()
+        if self.cache_dir is not None:
+            check_path(self.cache_dir, "sampling.cache_dir")
         if self.mode.whole_documents and not self.cross_shard:
             raise ConfigError(
                 f"sampling.cross_shard = false has no meaning with mode = {self.mode.value!r}: "
@@ -206,8 +210,13 @@ class SamplingConfig:
             "split_name": (self.split_name, MegatronSplit.TRAIN),
             "add_extra_token": (self.add_extra_token, True),
             "drop_last_partial": (self.drop_last_partial, True),
-            "cache_dir": (self.cache_dir, None),
         }
+        if self.cache_dir is not None and not self.mode.whole_documents:
+            raise ConfigError(
+                f"sampling.cache_dir = {show(self.cache_dir)} applies only to mode = "
+                f"'megatron', 'packed' or 'padded' (built indices, packing plans), but mode = "
+                f"{self.mode.value!r}"
+            )
         for name, (value, default) in megatron_only.items():
             if value != default:
                 raise ConfigError(

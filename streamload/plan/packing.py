@@ -30,7 +30,7 @@ Hand-written because no packing library offers a deterministic best fit over man
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -83,10 +83,18 @@ class ItemPlan:
     ``doc_bounds`` it came from)."""
     lengths: np.ndarray
     """int32 ``[n]``: tokens of each item, ``1 <= length <= seq_len + 1``."""
-    truncated_tokens: int
-    """Tokens dropped by ``"truncate"`` (0 with ``"split"``)."""
     documents: int
     """Non-empty documents."""
+    cut_items: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """int64 ``[k]``, ascending: the items whose document ``"truncate"`` cut (empty with
+    ``"split"``)."""
+    cut_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    """int64 ``[k]``: tokens dropped after each of :attr:`cut_items`."""
+
+    @property
+    def truncated_tokens(self) -> int:
+        """Tokens dropped by ``"truncate"`` (0 with ``"split"``)."""
+        return int(self.cut_tokens.sum())
 
 
 @dataclass(frozen=True)
@@ -138,13 +146,12 @@ def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) ->
         kept = np.flatnonzero(sizes)
         starts, sizes = starts[kept], sizes[kept]
     lengths = np.minimum(sizes, window, out=np.empty(sizes.size, np.int32), casting="unsafe")
-    if long_documents == "truncate":
-        dropped = int(sizes.sum() - lengths.sum(dtype=np.int64))
-        return ItemPlan(starts, lengths, dropped, documents)
     long = np.flatnonzero(sizes > window)
+    if long_documents == "truncate":
+        return ItemPlan(starts, lengths, documents, long, sizes[long] - window)
     if long.size:
         starts, lengths = _insert_pieces(starts, sizes, lengths, long, seq_len)
-    return ItemPlan(starts, lengths, 0, documents)
+    return ItemPlan(starts, lengths, documents)
 
 
 def _insert_pieces(

@@ -67,6 +67,10 @@ class ConcatSource:
             return src.max_epochs * self.num_windows
         return self.num_windows if src.policy is SourcePolicy.STOP else None
 
+    def drawn(self, samples: int) -> dict[str, int]:
+        """Nothing to count beyond the samples: every window is ``seq_len + 1`` data tokens."""
+        return {}
+
     @property
     def has_documents(self) -> bool:
         """Whether the shards' format records document boundaries (else EOS finds them)."""

@@ -68,6 +68,11 @@ class StreamSource(Protocol):
         """Start fetching the tokens of source-local sample ids (remote sources; else a no-op)."""
         ...
 
+    def drawn(self, samples: int) -> dict[str, int]:
+        """Counts of what the source's first ``samples`` samples hold, beyond their number
+        (``packed``/``padded``: items, data, padding and truncated tokens; else empty)."""
+        ...
+
 
 @runtime_checkable
 class SampleStream(Protocol):

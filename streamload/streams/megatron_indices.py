@@ -19,6 +19,7 @@ for a blend.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 from collections.abc import Sequence
@@ -92,6 +93,10 @@ def load_indices(
     return load_or_build(config.sampling.cache_dir, description, build)
 
 
+def _digest(lengths: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(lengths, dtype=np.int32).tobytes()).hexdigest()
+
+
 def index_description(
     config: DataConfig, sources: Sequence[MegatronSource], layout: MegatronLayout
 ) -> dict[str, Any]:
@@ -100,6 +105,9 @@ def index_description(
     return {
         "algorithm": ALGORITHM,
         "data": [src.catalog.fingerprint() for src in sources],
+        # What the indices are built from, so a file rewritten at the same size (the data
+        # fingerprint's view) never reuses the indices of the documents it replaced.
+        "sequence_lengths": [_digest(src.sequence_lengths) for src in sources],
         "layout": [list(d) for d in layout.datasets],
         "blend": [layout.blend, layout.weights, layout.blend_size],
         "num_samples": s.num_samples,

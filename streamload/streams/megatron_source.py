@@ -145,6 +145,10 @@ class MegatronSource:
         stop[first + pieces - 1] = end[:, 1] + self.extra
         return pieces, sequence, start, stop - start
 
+    def drawn(self, samples: int) -> dict[str, int]:
+        """Nothing to count beyond the samples (Megatron's samples are all data tokens)."""
+        return {}
+
     def prefetch(self, local: np.ndarray) -> None:
         """Start fetching the pieces of samples ``local`` from remote shards (the planner's
         lookahead; :mod:`streamload.nodes.lookahead`); a no-op for local shards."""

@@ -4,8 +4,9 @@ The source's documents (the format's index, else EOS: :func:`streamload.formats.
 document_bounds`, what ``streamload docs`` returns) become items of at most ``seq_len + 1``
 tokens (:func:`streamload.plan.packing.document_items`); ``packed`` mode packs them best-fit
 into samples, ``padded`` mode gives each its own sample (:mod:`streamload.plan.packing`).
-Which items a sample holds is fixed per (data, config); each epoch visits the samples in its
-own keyed permutation (:class:`streamload.plan.passes.PassPlan`), exactly as concat windows.
+Which items a sample holds is fixed per (data, config), built once and cached on disk
+(:mod:`streamload.streams.packed_plan`); each epoch visits the samples in its own keyed
+permutation (:class:`streamload.plan.passes.PassPlan`), exactly as concat windows.
 
 A sample's row is its items, contiguous from position 0 in storage order, then
 ``pad_token_id`` to ``seq_len + 1`` tokens; :meth:`PackedSource.read_rows` also returns each
@@ -17,13 +18,13 @@ from __future__ import annotations
 import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
-from streamload.config import DataConfig, SamplingMode
+from streamload.config import DataConfig
 from streamload.errors import ConfigError
 from streamload.formats.documents import document_bounds
 from streamload.formats.registry import get_format
-from streamload.plan.packing import document_items, pack_items, pad_items
 from streamload.plan.passes import PassPlan
 from streamload.streams.concat_source import ConcatSource
+from streamload.streams.packed_plan import load_plan
 
 __all__ = ["PackedSource", "RowBlock"]
 
@@ -54,49 +55,64 @@ class PackedSource(ConcatSource):
     def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
         self._bind(config, catalog)
         self.pad_token_id = int(config.pad_token_id)  # type: ignore[arg-type]  # checked by config
-        self.items = document_items(
-            self._document_bounds(), config.seq_len, config.sampling.long_documents.value
-        )
-        if self.items.starts.size == 0:
-            raise ConfigError(f"source {self.name!r}: no document holds a token")
         if not np.can_cast(np.min_scalar_type(self.pad_token_id), self.shards.dtype):
             raise ConfigError(
                 f"pad_token_id = {self.pad_token_id} does not fit source {self.name!r}'s "
                 f"token dtype {self.shards.dtype.name}; pick a pad id the dtype holds"
             )
-        if config.sampling.mode is SamplingMode.PADDED:
-            self.samples = pad_items(self.items.starts.size)
-        else:
-            self.samples = pack_items(self.items.lengths, config.seq_len + 1)
+        self.plan = load_plan(config, catalog, self._document_bounds)
         self.order = PassPlan(
             name=self.name,
-            num_windows=self.samples.num_samples,
+            num_windows=self.plan.num_samples,
             seed=config.seed,
             shuffle=config.sampling.shuffle,
             shuffle_block=config.sampling.shuffle_block,  # samples of nearby items
             num_samples=None,
         )
+        self._counted = (0, 0, (0, 0, 0))  # (epoch, samples, totals) last counted by drawn()
 
     @property
     def num_windows(self) -> int:
         """Samples in one epoch of this source."""
-        return self.samples.num_samples
+        return self.plan.num_samples
 
     def packing_report(self) -> dict[str, int | float]:
         """One epoch of this source: documents, items, samples, data, padding and truncated
         tokens, and the samples over the bound ``ceil(data / (seq_len + 1))`` in percent."""
         width = self.seq_len + 1
-        data = int(self.items.lengths.sum(dtype=np.int64))
-        samples = self.samples.num_samples
+        data, samples = self.plan.data_tokens, self.plan.num_samples
         bound = -(-data // width)
         return {
-            "documents": self.items.documents,
-            "items": int(self.items.starts.size),
+            "documents": self.plan.documents,
+            "items": self.plan.num_items,
             "samples": samples,
             "data_tokens": data,
             "padding_tokens": samples * width - data,
-            "truncated_tokens": self.items.truncated_tokens,
+            "truncated_tokens": self.plan.truncated_tokens,
             "samples_over_bound_pct": round(100.0 * (samples - bound) / bound, 4),
+        }
+
+    def drawn(self, samples: int) -> dict[str, int]:
+        """What the source's first ``samples`` samples (all epochs) hold: items, data,
+        padding and truncated tokens. Incremental: a call after a later position costs only
+        the samples between (a resumed run pays its epoch's position once)."""
+        n, width = self.plan.num_samples, self.seq_len + 1
+        epoch, into = divmod(samples, n)
+        last_epoch, last_into, totals = self._counted
+        if (epoch, into) != (last_epoch, last_into):
+            begin = last_into if epoch == last_epoch and into >= last_into else 0
+            base = totals if begin else (0, 0, 0)
+            local = np.arange(epoch * n + begin, epoch * n + into, dtype=np.int64)
+            more = self.plan.totals(self.order.window_ids(0, local))
+            totals = (base[0] + more[0], base[1] + more[1], base[2] + more[2])
+            self._counted = (epoch, into, totals)
+        whole = (self.plan.num_items, self.plan.data_tokens, self.plan.truncated_tokens)
+        items, data, cut = (epoch * w + t for w, t in zip(whole, totals, strict=True))
+        return {
+            "items": items,
+            "data_tokens": data,
+            "padding_tokens": samples * width - data,
+            "truncated_tokens": cut,
         }
 
     def _document_bounds(self) -> np.ndarray:
@@ -117,13 +133,13 @@ class PackedSource(ConcatSource):
         """Items of the samples at source-local indices: ``(row of each item, item ids,
         position of each item in its row)``, rows in the order of ``local``."""
         slots = self.order.window_ids(0, np.asarray(local, dtype=np.int64).ravel())
-        first, last = self.samples.offsets[slots], self.samples.offsets[slots + 1]
+        first, last = self.plan.offsets[slots], self.plan.offsets[slots + 1]
         counts = last - first
         rows = np.repeat(np.arange(slots.size), counts)
         begin = np.cumsum(counts) - counts
         flat = np.arange(rows.size) - np.repeat(begin, counts) + np.repeat(first, counts)
-        items = self.samples.items[flat]
-        lengths = self.items.lengths[items].astype(np.int64)
+        items = flat  # the plan is in sample order: a sample's items are a range
+        lengths = self.plan.lengths[items].astype(np.int64)
         before = np.cumsum(lengths) - lengths  # tokens of the block before each item
         return rows, items, before - before[begin][rows]  # every sample has an item
 
@@ -131,8 +147,7 @@ class PackedSource(ConcatSource):
         """Stream offset of each sample's first item (any shape)."""
         ids = np.asarray(local, dtype=np.int64)
         slots = self.order.window_ids(0, ids.ravel())
-        first = self.samples.items[self.samples.offsets[slots]]
-        return self.items.starts[first].reshape(ids.shape)
+        return self.plan.starts[self.plan.offsets[slots]].reshape(ids.shape)
 
     def prefetch(self, local: np.ndarray) -> None:
         """Start fetching the items of source-local samples from remote shards."""
@@ -152,7 +167,7 @@ class PackedSource(ConcatSource):
         rows, items, positions = self._items_of(local)
         n, width = np.asarray(local).size, self.seq_len + 1
         tokens = np.full((n, width), self.pad_token_id, dtype=self.shards.dtype)
-        lengths = self.items.lengths[items].astype(np.int64)
+        lengths = self.plan.lengths[items].astype(np.int64)
         unread = self._gather_items(items, rows, positions, tokens)
         data = np.bincount(rows, lengths, n).astype(np.int64)
         doc_starts = np.zeros((n, width), dtype=bool)
@@ -160,7 +175,7 @@ class PackedSource(ConcatSource):
         padded = np.flatnonzero(data < width)
         doc_starts[padded, data[padded]] = True  # the padding is the row's last segment
         skipped = np.bincount(rows[unread], minlength=n) > 0
-        first = self.items.starts[items[np.searchsorted(rows, np.arange(n))]]  # rows ascend
+        first = self.plan.starts[items[np.searchsorted(rows, np.arange(n))]]  # rows ascend
         return tokens, first, data, doc_starts, skipped
 
     def _reads(self, items: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, int]]:
@@ -168,13 +183,13 @@ class PackedSource(ConcatSource):
         twice an item's tokens), ``(which items, read starts, width)``; a read that would pass
         the source's end starts earlier, so it still holds its item."""
         total = self.shards.num_tokens
-        lengths = self.items.lengths[items]
+        lengths = self.plan.lengths[items]
         classes = np.maximum(_MIN_READ, 1 << np.ceil(np.log2(np.maximum(lengths, 1))).astype(int))
         classes = np.minimum(classes, min(self.seq_len + 1, total))
         out = []
         for read in np.unique(classes).tolist():
             pick = np.flatnonzero(classes == read)
-            out.append((pick, np.minimum(self.items.starts[items[pick]], total - read), read))
+            out.append((pick, np.minimum(self.plan.starts[items[pick]], total - read), read))
         return out
 
     def _gather_items(
@@ -187,7 +202,7 @@ class PackedSource(ConcatSource):
             Which items stayed unreadable (skipped under ``on_error = "skip"``), bool ``[k]``.
         """
         unread = np.zeros(items.size, dtype=bool)
-        starts, lengths = self.items.starts[items], self.items.lengths[items].astype(np.int64)
+        starts, lengths = self.plan.starts[items], self.plan.lengths[items].astype(np.int64)
         for pick, begin, read in self._reads(items):
             block = np.empty((pick.size, read), dtype=out.dtype)
             if self.shards.remote:

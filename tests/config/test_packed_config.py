@@ -178,7 +178,6 @@ def test_long_documents_only_in_whole_document_modes(mode: str, extra: dict[str,
         ("split_name", "valid", "'valid'"),
         ("add_extra_token", False, "False"),
         ("drop_last_partial", False, "False"),
-        ("cache_dir", "/cache", "'/cache'"),
     ],
 )
 def test_megatron_only_keys_are_refused(mode: str, key: str, value: Any, shown: str) -> None:

@@ -7,7 +7,6 @@ are written again and read through the stream, the CLI and the loader.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from streamload.errors import ConfigError, StateError
 from streamload.streams.interface import SampleStream
 from streamload.streams.megatron import MegatronStream
 from streamload.testing import assert_resumes_exactly
-from tests.helpers.paths import TESTS
+from tests.helpers.paths import TESTS, load_script
 
 GOLDEN = TESTS / "golden" / "megatron"
 SCRIPT = TESTS / "golden" / "make_megatron_goldens.py"
@@ -30,11 +29,7 @@ SPLITS = ("train", "valid", "test")
 
 
 def golden_script() -> Any:
-    spec = importlib.util.spec_from_file_location("make_megatron_goldens", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 GOLDENS = golden_script()

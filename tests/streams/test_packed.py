@@ -122,6 +122,50 @@ def test_packed_resumes_exactly(make_corpus: Callable[..., Corpus], workers: int
     )
 
 
+def drawn_rows(stream: Any, passes: range, count: int) -> tuple[int, int]:
+    """Items and data tokens of the first ``count`` samples of each of the passes."""
+    items = data = 0
+    for pass_index in passes:
+        ids = np.arange(count, dtype=np.int64)
+        src, local = stream.locate(pass_index, ids)
+        chunk = stream.read_chunk(ChunkPlan(pass_index, ids, src, local), documents=True)
+        width = np.arange(chunk.tokens.shape[1])
+        items += int((chunk.doc_starts & (width[None, :] < chunk.lengths[:, None])).sum())
+        data += int(chunk.lengths.sum())
+    return items, data
+
+
+@pytest.mark.parametrize("long_documents", ["split", "truncate"])
+def test_stats_count_items_padding_and_truncation_as_the_run_goes(
+    make_corpus: Callable[..., Corpus], long_documents: str
+) -> None:
+    corpus = make_corpus([700, 450], mean_doc_len=14.0)
+    cfg = packed_config(corpus, long_documents=long_documents)
+    seen = []
+    with streamload.build_loader(cfg, batch_size=1) as loader:  # no sample dropped
+        n = loader.stream.pass_length
+        report = loader.stream.sources[0].packing_report()
+        for _ in range(2):  # two epochs: the counts go on across the epoch boundary
+            for step, _ in enumerate(loader, 1):
+                seen.append((step, loader.stats()["sources"]["web"], loader.state_dict()))
+    for step, counts, state in seen[::11] + seen[n - 1 : n + 1] + seen[-1:]:
+        passes, into = divmod(counts["samples"], n)
+        items, data = drawn_rows(loader.stream, range(passes), n)
+        more = drawn_rows(loader.stream, range(passes, passes + 1), into)
+        assert (counts["items"], counts["data_tokens"]) == (items + more[0], data + more[1])
+        assert counts["padding_tokens"] == counts["samples"] * 17 - counts["data_tokens"]
+        with streamload.build_loader(cfg, batch_size=1) as resumed:
+            resumed.load_state_dict(state)  # a fresh process counts from the position alone
+            assert resumed.stats()["sources"]["web"] == counts, step
+    end_of_epoch = seen[n - 1][1]
+    assert (end_of_epoch["items"], end_of_epoch["truncated_tokens"]) == (
+        report["items"],
+        report["truncated_tokens"],
+    )
+    assert seen[-1][1]["truncated_tokens"] == 2 * report["truncated_tokens"]
+    assert (report["truncated_tokens"] > 0) == (long_documents == "truncate")
+
+
 def test_packed_mixture_resumes_on_another_world_size(make_corpus: Callable[..., Corpus]) -> None:
     a, b = make_corpus([400], mean_doc_len=8.0, seed=1), make_corpus([300], seed=2)
     cfg = packed_config(a, mode="padded")

@@ -1,0 +1,251 @@
+"""A source's packing plan: which items each sample holds, built once per (data, config),
+cached on disk like the Megatron indices, and mapped.
+
+The plan is stored in **sample order**, so a sample's items are one contiguous range and no
+item-id indirection is kept: sample ``j`` holds the items ``offsets[j] … offsets[j + 1] − 1``,
+each ``lengths[i]`` tokens from stream offset ``starts[i]``, in storage order within the
+sample (the order :func:`streamload.plan.packing.pack_items` lists them). Per item 8 bytes of
+start and 2 bytes of length (4 above ``seq_len`` 65,534), per sample 16 bytes of offsets
+(items and data tokens before it): about 14 bytes per item at seq_len 2048, on disk and in
+the page cache, never copied into the process (mapped; process workers map the same files).
+
+The cache key (:func:`plan_description`) names every input of the plan: each token file (its
+path, bytes, tokens, dtype, and the version of it and of its index file: a remote object's
+listed version, a local file's modification time and inode), ``seq_len``,
+the mode, ``long_documents``, the EOS that finds documents of index-less files, and the
+packing rule (:data:`streamload.plan.packing.ALGORITHM`, group size). Seed and shuffle are
+not inputs: each epoch permutes the same samples. The folder is ``sampling.cache_dir``, else
+``<storage cache folder>/plans`` (:attr:`streamload.config.StorageConfig.cache_root`); a
+default folder that cannot be written only costs a build per start-up (with a warning), an
+explicit one is an error. One process per folder builds, the others wait and map its files
+(:mod:`streamload.streams.index_cache`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streamload.catalog.sources import SourceCatalog
+from streamload.config import DataConfig, SamplingMode
+from streamload.errors import ConfigError
+from streamload.formats.base import ShardInfo
+from streamload.plan.packing import (
+    ALGORITHM,
+    GROUP_SIZE,
+    ItemPlan,
+    SamplePlan,
+    document_items,
+    pack_items,
+    pad_items,
+)
+from streamload.streams.index_cache import PACKING, load_or_build
+
+__all__ = ["LAYOUT", "PackedPlan", "build_plan_arrays", "load_plan", "plan_description"]
+
+LAYOUT = "sample-order-v1"
+"""Names the arrays' layout (part of the cache key)."""
+
+
+@dataclass
+class PackedPlan:
+    """A source's samples of whole items, in sample order (see the module docstring)."""
+
+    starts: np.ndarray
+    """int64 ``[n]``: stream offset of each item, in sample order."""
+    lengths: np.ndarray
+    """uint16 or int32 ``[n]``: tokens of each item."""
+    offsets: np.ndarray
+    """int64 ``[s + 1]``: sample ``j`` holds items ``offsets[j]:offsets[j + 1]``."""
+    data_offsets: np.ndarray
+    """int64 ``[s + 1]``: data tokens of the samples before sample ``j``."""
+    cut_items: np.ndarray
+    """int64 ``[k]``, ascending: items (sample order) whose document ``"truncate"`` cut."""
+    cut_tokens: np.ndarray
+    """int64 ``[k]``: tokens dropped after each of :attr:`cut_items`."""
+    documents: int
+    """Non-empty documents of the source."""
+    files: dict[str, str] | None = None
+    """The files the arrays are mapped from (``None``: built in memory)."""
+    _cut_before: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], files: dict[str, str] | None) -> PackedPlan:
+        """The plan of :func:`build_plan_arrays`' arrays (or their mapped files)."""
+        return cls(
+            starts=arrays["starts"],
+            lengths=arrays["lengths"],
+            offsets=arrays["offsets"],
+            data_offsets=arrays["data_offsets"],
+            cut_items=arrays["cut_items"],
+            cut_tokens=arrays["cut_tokens"],
+            documents=int(arrays["documents"][0]),
+            files=files,
+        )
+
+    @property
+    def num_samples(self) -> int:
+        """s, samples in one epoch."""
+        return int(self.offsets.size) - 1
+
+    @property
+    def num_items(self) -> int:
+        """n, items in one epoch."""
+        return int(self.starts.size)
+
+    @property
+    def data_tokens(self) -> int:
+        """Tokens of all items (one epoch)."""
+        return int(self.data_offsets[-1])
+
+    @property
+    def truncated_tokens(self) -> int:
+        """Tokens ``"truncate"`` dropped (one epoch)."""
+        return int(self.cut_tokens.sum())
+
+    def totals(self, slots: np.ndarray) -> tuple[int, int, int]:
+        """``(items, data tokens, truncated tokens)`` of the samples ``slots`` (O(len(slots)),
+        no per-item work)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        items = int((self.offsets[slots + 1] - self.offsets[slots]).sum())
+        data = int((self.data_offsets[slots + 1] - self.data_offsets[slots]).sum())
+        if self.cut_items.size == 0:
+            return items, data, 0
+        if self._cut_before is None:
+            self._cut_before = np.concatenate([[0], np.cumsum(self.cut_tokens)])
+        lo = np.searchsorted(self.cut_items, self.offsets[slots])
+        hi = np.searchsorted(self.cut_items, self.offsets[slots + 1])
+        return items, data, int((self._cut_before[hi] - self._cut_before[lo]).sum())
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__, _cut_before=None)
+        for name in self.files or {}:  # mapped files travel as paths, not as copies
+            if name != "documents":
+                state[name] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        for name, path in (self.files or {}).items():
+            if name != "documents":
+                setattr(self, name, np.load(path, mmap_mode="r", allow_pickle=False))
+
+
+def plan_description(config: DataConfig, catalog: SourceCatalog) -> dict[str, Any]:
+    """Every input of a source's plan (its cache key): the files, seq_len and packing rule."""
+    digest = hashlib.sha256()
+    for info in catalog.shards:
+        digest.update((json.dumps(_shard_identity(info)) + "\n").encode())
+    eos_matters = not all(info.index_path for info in catalog.shards)
+    return {
+        "kind": "packing-plan",
+        "layout": LAYOUT,
+        "algorithm": ALGORITHM,
+        "group_size": GROUP_SIZE,
+        "mode": config.sampling.mode.value,
+        "seq_len": config.seq_len,
+        "long_documents": config.sampling.long_documents.value,
+        "eos_token_id": config.eos_token_id if eos_matters else None,
+        "source": catalog.config.name,
+        "shards": len(catalog.shards),
+        "files_sha256": digest.hexdigest(),
+    }
+
+
+def _shard_identity(info: ShardInfo) -> list[Any]:
+    """What names one shard's content: path, bytes, tokens, dtype and format, and the version
+    of the token file and of its index file (remote: the listed version; local: the file's
+    modification time and inode, which a rewrite or a replacing copy changes)."""
+    index: str | list[int] | None = None
+    if info.index_path is not None:
+        index = info.companions.get(os.path.basename(info.index_path))
+        if index is None and not info.is_remote:
+            index = _local_version(info.index_path)
+    version = info.version or (None if info.is_remote else _local_version(info.path))
+    return [info.path, info.size, info.num_tokens, info.dtype, info.format, version, index]
+
+
+def _local_version(path: str) -> list[int] | None:
+    try:
+        stat = os.stat(path)
+    except OSError:  # described a moment ago: gone now, so nothing will read it either
+        return None
+    return [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+
+
+def build_plan_arrays(items: ItemPlan, mode: SamplingMode, seq_len: int) -> dict[str, np.ndarray]:
+    """The plan's arrays (sample order) from a source's items."""
+    samples: SamplePlan
+    if mode is SamplingMode.PADDED:
+        samples = pad_items(items.starts.size)
+    else:
+        samples = pack_items(items.lengths, seq_len + 1)
+    order = samples.items
+    width_type = np.uint16 if seq_len + 1 <= np.iinfo(np.uint16).max else np.int32
+    lengths = items.lengths[order].astype(width_type)
+    data = np.add.reduceat(lengths, samples.offsets[:-1], dtype=np.int64)  # no sample is empty
+    position = np.empty(order.size, dtype=np.int64)
+    position[order] = np.arange(order.size)
+    cut = position[items.cut_items]
+    by_position = np.argsort(cut, kind="stable")
+    return {
+        "starts": items.starts[order],
+        "lengths": lengths,
+        "offsets": samples.offsets,
+        "data_offsets": np.concatenate([[0], np.cumsum(data, dtype=np.int64)]),
+        "cut_items": cut[by_position].astype(np.int64),
+        "cut_tokens": np.asarray(items.cut_tokens, dtype=np.int64)[by_position],
+        "documents": np.array([items.documents], dtype=np.int64),
+    }
+
+
+def load_plan(
+    config: DataConfig, catalog: SourceCatalog, document_bounds: Callable[[], np.ndarray]
+) -> PackedPlan:
+    """The source's plan: mapped from the cache, or built from ``document_bounds()`` (int64
+    stream offsets of its documents) and cached.
+
+    Raises:
+        ConfigError: an explicit ``sampling.cache_dir`` is unusable, or the source holds no
+            document.
+    """
+
+    data_errors: list[Exception] = []  # errors of the data, not of the cache folder
+
+    def build() -> dict[str, np.ndarray]:
+        try:
+            items = document_items(
+                document_bounds(), config.seq_len, config.sampling.long_documents.value
+            )
+            if items.starts.size == 0:
+                raise ConfigError(f"source {catalog.config.name!r}: no document holds a token")
+            return build_plan_arrays(items, config.sampling.mode, config.seq_len)
+        except Exception as exc:
+            data_errors.append(exc)
+            raise
+
+    description = plan_description(config, catalog)
+    folder = config.sampling.cache_dir
+    if folder is not None:
+        return PackedPlan.from_arrays(*load_or_build(folder, description, build, PACKING, False))
+    folder = os.path.join(config.storage.cache_root, "plans")
+    try:
+        arrays, files = load_or_build(folder, description, build, PACKING, False)
+    except ConfigError as exc:
+        if data_errors:
+            raise
+        warnings.warn(
+            f"streamload: the packing plan of source {catalog.config.name!r} is not cached "
+            f"({exc}); it is built at every start-up. Set sampling.cache_dir to a writable "
+            "folder",
+            stacklevel=4,
+        )
+        arrays, files = build(), None
+    return PackedPlan.from_arrays(arrays, files)
