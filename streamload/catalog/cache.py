@@ -1,13 +1,15 @@
-"""The described shards of a remote source, cached on local disk under a content key.
+"""The described shards of a source, cached on local disk under a content key.
 
-Describing a remote shard reads its header (and validates its index: a Megatron ``.idx`` is
-read whole), so every start-up of every rank would read them all again. After the one
-listing a start-up needs anyway, the source's shard descriptions are looked up under a key
-that covers everything they depend on: every listed file's URL, size and version, the
-versions of the files beside them (companions, sniffing), the source's format and the read
-options (dtype, tatm dtype, vocabulary size). A replaced object has another version, hence
-another key, so a hit is exactly what describing again would give; a restart, or another
-rank on the machine, reads no header at all.
+Describing a shard reads its header and validates its index (a Megatron ``.idx`` is read
+whole, about 10 ns per document), so every start-up of every rank would read them all again,
+and a local start-up would grow with the corpus. After the one listing a start-up needs
+anyway, the source's shard descriptions are looked up under a key that covers everything they
+depend on: every listed file's URL, size and version, the versions of the files beside them
+(companions, sniffing), the source's format and the read options (dtype, tatm dtype,
+vocabulary size). A remote object's version is its ETag or generation; a local file's is the
+modification time its folder listing gives (``catalog/sources.py``). A replaced or rewritten
+file has another version, hence another key, so a hit is exactly what describing again would
+give; a restart, or another rank on the machine, reads no header at all.
 
 Entries are JSON files ``<cache_dir>/catalog/<k[:2]>/<k>.json`` written to a temporary name
 and renamed (no locks; two writers write equal bytes). Nothing is cached when a listed object

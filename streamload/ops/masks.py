@@ -73,8 +73,13 @@ def mask_padding(labels: np.ndarray, lengths: np.ndarray) -> None:
     Trace, L = 4, lengths ``[5, 3]``, labels ``[[1, 2, 3, 4], [7, 8, 9, 9]]`` →
     ``[[1, 2, 3, 4], [7, 8, -100, -100]]``.
     """
-    columns = np.arange(1, labels.shape[1] + 1)
-    labels[columns[None, :] >= np.asarray(lengths)[:, None]] = IGNORE_INDEX
+    # Padding is each row's tail: one slice per padded row, not a [n, L] comparison of every
+    # label (packed rows are full but for ~1 token on average).
+    width = labels.shape[1]
+    first = np.asarray(lengths, dtype=np.int64) - 1  # first masked label column
+    rows = np.flatnonzero(first < width)
+    for row, column in zip(rows.tolist(), np.maximum(first[rows], 0).tolist(), strict=True):
+        labels[row, column:] = IGNORE_INDEX
 
 
 def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:

@@ -196,11 +196,14 @@ class PackedSource(ConcatSource):
         self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray
     ) -> np.ndarray:
         """Copy each item's tokens into ``out[row, position:position + length]``: one
-        :meth:`ShardSet.gather` per width class (:meth:`_reads`), then one scatter per class.
+        :meth:`ShardSet.gather` per width class (:meth:`_reads`), then one slice copy per item.
 
         Returns:
             Which items stayed unreadable (skipped under ``on_error = "skip"``), bool ``[k]``.
         """
+        if not self.shards.remote:
+            self._copy_local_items(items, rows, positions, out)
+            return np.zeros(items.size, dtype=bool)
         unread = np.zeros(items.size, dtype=bool)
         starts, lengths = self.plan.starts[items], self.plan.lengths[items].astype(np.int64)
         for pick, begin, read in self._reads(items):
@@ -211,10 +214,57 @@ class PackedSource(ConcatSource):
             if self.shards.remote:
                 unread[pick] = np.isin(begin, self.shards.take_skipped())
             self.check_tokens(block, begin)
-            shift, size = starts[pick] - begin, lengths[pick]
-            item_row = np.repeat(np.arange(pick.size), size)
-            offset = np.arange(item_row.size) - np.repeat(np.cumsum(size) - size, size)
-            out[rows[pick][item_row], positions[pick][item_row] + offset] = block[
-                item_row, np.repeat(shift, size) + offset
-            ]
+            # One slice copy per item: a per-token fancy-index scatter (index arrays of every
+            # token, then a random-access copy) cost 3.6x this loop at ~2.7 items per row.
+            places = zip(
+                rows[pick].tolist(),
+                positions[pick].tolist(),
+                (starts[pick] - begin).tolist(),
+                lengths[pick].tolist(),
+                strict=True,
+            )
+            for line, (row, position, shift, size) in zip(block, places, strict=True):
+                out[row, position : position + size] = line[shift : shift + size]
         return unread
+
+    def _copy_local_items(
+        self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray
+    ) -> None:
+        """Local shards: copy each item straight from its shard into ``out[row, position:]``,
+        one copy of its own tokens (an item never crosses a shard end: documents are found
+        shard by shard); then check the copied tokens, padding excluded."""
+        starts, sizes = self.plan.starts[items], self.plan.lengths[items]
+        sids = np.searchsorted(self.shards.offsets, starts, side="right") - 1
+        local = starts - self.shards.offsets[sids]
+        opened = {sid: self.shards.shard(sid) for sid in np.unique(sids).tolist()}
+        places = zip(
+            sids.tolist(),
+            rows.tolist(),
+            positions.tolist(),
+            local.tolist(),
+            sizes.tolist(),
+            strict=True,
+        )
+        for sid, row, position, begin, size in places:
+            out[row, position : position + size] = opened[sid].tokens(begin, begin + size)
+        self._check_items(items, rows, positions, out)
+
+    def _check_items(
+        self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray
+    ) -> None:
+        """:meth:`check_tokens` of the items' tokens in ``out``: one max (and min) over the
+        rows; only when it fails, the padding is left out and the first bad token located."""
+        vocab, signed = self.config.vocab_size, out.dtype.kind == "i"
+        if out.size == 0 or (vocab is None and not signed):
+            return
+        if (vocab is None or int(out.max()) < vocab) and (not signed or int(out.min()) >= 0):
+            return
+        data = np.bincount(rows, self.plan.lengths[items], out.shape[0])
+        inside = np.arange(out.shape[1]) < data[:, None]  # the padding is not data
+        bad = inside & (((out >= vocab) if vocab is not None else False) | (out < 0))
+        if not bad.any():
+            return
+        row, col = (int(v[0]) for v in np.nonzero(bad))
+        item = np.flatnonzero((rows == row) & (positions <= col))[-1]  # rows ascend
+        offset = int(self.plan.starts[items[item]]) + col - int(positions[item])
+        self.check_tokens(out[row : row + 1, col : col + 1], np.array([offset]))  # raises

@@ -251,3 +251,20 @@ def test_files_the_real_tools_wrote_pack_without_losing_a_token(path: str, fmt: 
             expected[tuple(doc[k * 32 : k * 32 + 33])] += 1
     rows, lengths, starts = epoch_rows(stream)
     assert split_rows(rows, lengths, starts) == expected
+
+
+@pytest.mark.parametrize("mode", ["packed", "padded"])
+def test_a_token_beyond_the_vocabulary_is_named_with_its_file_and_offset(
+    make_corpus: Callable[..., Corpus], mode: str
+) -> None:
+    import re
+
+    from streamload.errors import FormatError
+
+    corpus = make_corpus([400, 300], mean_doc_len=10.0)
+    cfg = packed_config(corpus, mode) | {"vocab_size": 500}
+    stream = streamload.build_stream(streamload.load_config(cfg))
+    with pytest.raises(FormatError, match=r"token \d+ is \d+, expected < vocab_size = 500") as err:
+        stream.read(0, np.arange(stream.pass_length))
+    path, offset, value = re.match(r"(\S+): token (\d+) is (\d+)", str(err.value)).groups()
+    assert int(np.load(path)[int(offset)]) == int(value) >= 500
