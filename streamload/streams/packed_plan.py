@@ -79,14 +79,15 @@ class PackedPlan:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], files: dict[str, str] | None) -> PackedPlan:
         """The plan of :func:`build_plan_arrays`' arrays (or their mapped files)."""
+        plain = {name: _plain(array) for name, array in arrays.items()}
         return cls(
-            starts=arrays["starts"],
-            lengths=arrays["lengths"],
-            offsets=arrays["offsets"],
-            data_offsets=arrays["data_offsets"],
-            cut_items=arrays["cut_items"],
-            cut_tokens=arrays["cut_tokens"],
-            documents=int(arrays["documents"][0]),
+            starts=plain["starts"],
+            lengths=plain["lengths"],
+            offsets=plain["offsets"],
+            data_offsets=plain["data_offsets"],
+            cut_items=plain["cut_items"],
+            cut_tokens=plain["cut_tokens"],
+            documents=int(plain["documents"][0]),
             files=files,
         )
 
@@ -135,7 +136,13 @@ class PackedPlan:
         self.__dict__.update(state)
         for name, path in (self.files or {}).items():
             if name != "documents":
-                setattr(self, name, np.load(path, mmap_mode="r", allow_pickle=False))
+                setattr(self, name, _plain(np.load(path, mmap_mode="r", allow_pickle=False)))
+
+
+def _plain(array: np.ndarray) -> np.ndarray:
+    """A plain ndarray view of a memory map (still mapped: its ``base`` is the map); indexing
+    a ``np.memmap`` pays its subclass hooks on every result."""
+    return np.asarray(array)
 
 
 def plan_description(config: DataConfig, catalog: SourceCatalog) -> dict[str, Any]:

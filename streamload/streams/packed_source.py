@@ -236,17 +236,20 @@ class PackedSource(ConcatSource):
         starts, sizes = self.plan.starts[items], self.plan.lengths[items]
         sids = np.searchsorted(self.shards.offsets, starts, side="right") - 1
         local = starts - self.shards.offsets[sids]
-        opened = {sid: self.shards.shard(sid) for sid in np.unique(sids).tolist()}
+        whole = {  # each shard's tokens as one mapped array: a slice per item, no call
+            sid: self.shards.shard(sid).tokens(0, self.shards.shards[sid].num_tokens)
+            for sid in np.unique(sids).tolist()
+        }
+        flat = out.reshape(-1)  # a view: row-major destination offsets, one slice per item
         places = zip(
             sids.tolist(),
-            rows.tolist(),
-            positions.tolist(),
+            (rows * out.shape[1] + positions).tolist(),
             local.tolist(),
             sizes.tolist(),
             strict=True,
         )
-        for sid, row, position, begin, size in places:
-            out[row, position : position + size] = opened[sid].tokens(begin, begin + size)
+        for sid, at, begin, size in places:
+            flat[at : at + size] = whole[sid][begin : begin + size]
         self._check_items(items, rows, positions, out)
 
     def _check_items(

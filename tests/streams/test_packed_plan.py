@@ -65,7 +65,7 @@ def test_the_plan_is_built_once_then_mapped(
     no_scan()
     stream = streamload.build_stream(streamload.load_config(cfg))
     plan = stream.sources[0].plan
-    assert isinstance(plan.starts, np.memmap) and isinstance(plan.offsets, np.memmap)
+    assert isinstance(plan.starts.base, np.memmap) and isinstance(plan.offsets.base, np.memmap)
     assert np.array_equal(stream.read(0, np.arange(stream.pass_length))[0], cold)
     uncached = packed_config(corpus, mode)  # the same rows without any cache
     uncached["sampling"]["cache_dir"] = str(tmp_path / "elsewhere")
@@ -175,6 +175,6 @@ def test_process_workers_map_the_plan_instead_of_copying_it(
     blob = pickle.dumps(stream)
     assert len(blob) < plan.starts.nbytes  # paths travel, not the arrays
     copy = pickle.loads(blob)
-    assert isinstance(copy.sources[0].plan.starts, np.memmap)
+    assert isinstance(copy.sources[0].plan.starts.base, np.memmap)
     ids = np.arange(stream.pass_length)
     assert np.array_equal(copy.read(0, ids)[0], stream.read(0, ids)[0])
