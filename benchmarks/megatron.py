@@ -93,16 +93,7 @@ def build_row(
     request = e3_request(lengths, seq_len)
     path = folder / f"lengths-{count}.npy"
     np.save(path, lengths)
-    env = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = megatron_path
-    try:
-        argv = [str(path), str(request), str(seq_len), str(SEED), str(repeats)]
-        child = run_child(["-c", MEGATRON_CHILD, *argv], timeout=3600)
-    finally:
-        if env is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = env
+    result = megatron_core_build(path, request, seq_len, repeats, megatron_path)
     times = []
     for _ in range(repeats):
         began = time.perf_counter()
@@ -112,17 +103,36 @@ def build_row(
     digest = hashlib.sha256()
     for array in ours:
         digest.update(np.ascontiguousarray(array).tobytes())
-    assert child.result is not None
     return {
         "docs": count,
         "samples": int(ours.shuffle_index.size),
-        "epochs": child.result["epochs"],
+        "epochs": result["epochs"],
         "ours_s": seconds,
-        "megatron_s": child.result["seconds"],
-        "ratio": child.result["seconds"] / seconds,
+        "megatron_s": result["seconds"],
+        "ratio": result["seconds"] / seconds,
         "index_mib": sum(a.nbytes for a in ours) / 2**20,
-        "identical": digest.hexdigest() == child.result["sha"],
+        "identical": digest.hexdigest() == result["sha"],
     }
+
+
+def megatron_core_build(
+    lengths: Path, num_samples: int, seq_len: int, repeats: int, megatron_path: str
+) -> dict[str, Any]:
+    """megatron-core's ``GPTDataset`` index build over the sequence lengths saved at
+    ``lengths``, in a fresh interpreter with megatron-core on its path: ``seconds`` (median
+    of ``repeats``), ``epochs`` and ``sha`` of the three arrays."""
+    env = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = megatron_path
+    try:
+        argv = [str(lengths), str(num_samples), str(seq_len), str(SEED), str(repeats)]
+        child = run_child(["-c", MEGATRON_CHILD, *argv], timeout=3600)
+    finally:
+        if env is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = env
+    assert child.result is not None
+    return child.result
 
 
 def first_batch_rows(folder: Path, docs: int, seq_len: int) -> list[dict[str, Any]]:

@@ -8,12 +8,19 @@ background load on a shared machine spreads over all of them; the table shows me
 Cases:
 * ``raw``: per batch, one slice per window straight from the memmap into preallocated int64
   ``input_ids``/``labels``, wrapped with ``torch.from_numpy`` (the floor of Python overhead).
-* ``streamload``: the full loader, masks off/on, 0 workers or 2 thread/process workers.
+* ``streamload``: the full loader, masks off/on, 0 workers or 2 thread/process workers, in
+  ``sampling.mode`` ``concat`` (default) and, with ``--modes concat,packed``, ``packed``:
+  whole documents best-fit packed, then ``pad_token_id`` (docs/sampling.md). Both count input
+  positions (``batch_size * seq_len`` per batch, padding included); each packed row also
+  shows its ratio to the concat row of the same batch size, masks and workers, and its data
+  tokens/s (positions/s times the epoch's data share: the measured samples are a shuffled
+  subset of the epoch, whose padding is below 0.1 %).
 * ``peer``: ``torch.utils.data.DataLoader`` over a map-style memmap dataset (one
   ``__getitem__`` per sample, default collate), the typical hand-written loader.
 
 Example:
     python benchmarks/throughput.py --repeats 5 --tokens 64e6
+    python benchmarks/throughput.py --modes concat,packed --masks on --no-peer --repeats 5
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 from _common import (
+    VOCAB_SIZE,
+    Column,
     add_common_args,
     bench_config,
     emit,
@@ -42,6 +51,11 @@ import streamload
 
 Batch = dict[str, torch.Tensor]
 
+MODES = ("concat", "packed")
+PAD_TOKEN_ID = VOCAB_SIZE
+"""Pad id of packed mode: one past the corpus's ids (``[0, VOCAB_SIZE)``, EOS 0), so no data
+token reads as padding, and it fits the corpus's ``uint32``."""
+
 
 @dataclass(frozen=True)
 class Case:
@@ -52,12 +66,19 @@ class Case:
     masks: bool = False
     num_workers: int = 0
     worker_type: str = "thread"
+    mode: str = "concat"  # sampling.mode of a "streamload" case
 
     @property
     def label(self) -> str:
         workers = f"{self.num_workers} {self.worker_type}" if self.num_workers else "0"
         masks = "on" if self.masks else "off"
-        return f"{self.kind} b={self.batch_size} masks={masks} workers={workers}"
+        mode = f" {self.mode}" if self.kind == "streamload" else ""
+        return f"{self.kind}{mode} b={self.batch_size} masks={masks} workers={workers}"
+
+    @property
+    def concat_twin(self) -> Case:
+        """The concat-mode case with the same batch size, masks and workers."""
+        return replace(self, mode="concat")
 
 
 class Windows:
@@ -167,14 +188,26 @@ def measure(
     return measured * batch_tokens / elapsed
 
 
+def case_config(
+    paths: Sequence[str], args: argparse.Namespace, case: Case, samples: int
+) -> dict[str, Any]:
+    """The loader config of a case: the benchmark config, plus packed mode's pad id."""
+    config = bench_config(paths, seq_len=args.seq_len, masks=case.masks, num_samples=samples)
+    if case.mode != "concat":
+        config["sampling"]["mode"] = case.mode
+        config["pad_token_id"] = PAD_TOKEN_ID
+    return config
+
+
 def make_cases(args: argparse.Namespace) -> list[Case]:
-    """Raw, loader and peer cases for each batch size."""
+    """Raw, loader (per mode) and peer cases for each batch size."""
     cases: list[Case] = []
     workers = [(0, "thread"), *[(w, t) for w in args.num_workers if w for t in args.worker_types]]
     for b in args.batch_sizes:
         cases.append(Case("raw", b))
         for masks in args.masks:
-            cases += [Case("streamload", b, masks, w, t) for w, t in workers]
+            for w, t in workers:
+                cases += [Case("streamload", b, masks, w, t, mode) for mode in args.modes]
         if args.peer and b in args.peer_batch_sizes:
             cases += [Case("peer", b, False, w, "process") for w in args.num_workers]
     return cases
@@ -195,6 +228,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=[False, True],
         help="off,on",
     )
+    parser.add_argument(
+        "--modes",
+        type=str_list,
+        default=["concat"],
+        help="sampling modes of the loader cases: concat,packed",
+    )
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--peer-batch-sizes", type=int_list, default=[8])
     parser.add_argument(
@@ -203,7 +242,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=True,
         help="read one element per page of each delivered tensor (fault shared pages in)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.modes) - set(MODES))
+    if unknown or not args.modes:
+        parser.error(f"--modes {','.join(args.modes)}: pick from {','.join(MODES)}")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -221,52 +264,82 @@ def main(argv: Sequence[str] | None = None) -> None:
     config = bench_config(paths, seq_len=args.seq_len, num_samples=samples)
     stream = streamload.SampleStream.from_config(streamload.load_config(config))
     windows = Windows(paths, stream.window_starts(0, np.arange(samples)), args.seq_len)
+    shares = data_shares(paths, args, samples)
     rates: dict[Case, list[float]] = {c: [] for c in cases}
     for rep in range(args.repeats):
         for case in cases:
-            cfg = bench_config(paths, seq_len=args.seq_len, masks=case.masks, num_samples=samples)
+            cfg = case_config(paths, args, case, samples)
             rates[case].append(measure(case, cfg, windows, args))
             print(
                 f"[{rep + 1}/{args.repeats}] {case.label}: {rates[case][-1] / 1e6:.1f} Mtok/s",
                 file=sys.stderr,
             )
-    emit(args, "Throughput", table_rows(cases, rates), COLUMNS, notes(args, paths))
+    rows = table_rows(cases, rates, shares)
+    emit(args, "Throughput", rows, columns(args), notes(args, paths, shares))
 
 
-COLUMNS = [
-    ("case", "case", ""),
-    ("batch_size", "batch", "d"),
-    ("masks", "masks", ""),
-    ("workers", "workers", ""),
-    ("mtok_s", "Mtok/s (median)", ".1f"),
-    ("range", "min-max", ""),
-    ("ratio", "ratio to raw", ".2f"),
-]
+def data_shares(paths: Sequence[str], args: argparse.Namespace, samples: int) -> dict[str, float]:
+    """Share of data tokens (not padding) in one epoch of each mode's samples."""
+    shares = {"concat": 1.0}
+    for mode in args.modes:
+        if mode == "concat":
+            continue
+        cfg = case_config(paths, args, Case("streamload", 1, mode=mode), samples)
+        stream = streamload.SampleStream.from_config(streamload.load_config(cfg))
+        reports = [source.packing_report() for source in stream.sources]
+        data = sum(int(r["data_tokens"]) for r in reports)
+        shares[mode] = data / (data + sum(int(r["padding_tokens"]) for r in reports))
+    return shares
 
 
-def table_rows(cases: Sequence[Case], rates: dict[Case, list[float]]) -> list[dict[str, Any]]:
-    """One row per case: median tokens/s and the ratio to the raw baseline of its batch size."""
+def columns(args: argparse.Namespace) -> list[Column]:
+    """The table's columns; the mode columns only when a mode other than concat runs."""
+    modes = args.modes != ["concat"]
+    return [
+        ("case", "case", ""),
+        *([("mode", "mode", "")] if modes else []),
+        ("batch_size", "batch", "d"),
+        ("masks", "masks", ""),
+        ("workers", "workers", ""),
+        ("mtok_s", "Mpositions/s (median)" if modes else "Mtok/s (median)", ".1f"),
+        ("range", "min-max", ""),
+        *([("data_mtok_s", "data Mtok/s", ".1f")] if modes else []),
+        ("ratio", "ratio to raw", ".2f"),
+        *([("vs_concat", "packed / concat", ".2f")] if modes else []),
+    ]
+
+
+def table_rows(
+    cases: Sequence[Case], rates: dict[Case, list[float]], shares: dict[str, float]
+) -> list[dict[str, Any]]:
+    """One row per case: median tokens/s, the ratio to the raw baseline of its batch size,
+    and for a non-concat loader case its data tokens/s and its ratio to its concat twin."""
     raw = {c.batch_size: median(rates[c]) for c in cases if c.kind == "raw"}
     rows = []
     for case in cases:
         values = rates[case]
+        loader = case.kind == "streamload"
+        twin = rates.get(case.concat_twin) if loader and case.mode != "concat" else None
         rows.append(
             {
                 "case": case.kind,
+                "mode": case.mode if loader else None,
                 "batch_size": case.batch_size,
                 "masks": "on" if case.masks else "off",
                 "workers": f"{case.num_workers} {case.worker_type}" if case.num_workers else "0",
                 "mtok_s": median(values) / 1e6,
                 "range": f"{min(values) / 1e6:.0f}-{max(values) / 1e6:.0f}",
+                "data_mtok_s": median(values) * shares[case.mode] / 1e6 if loader else None,
                 "ratio": median(values) / raw[case.batch_size] if case.batch_size in raw else None,
+                "vs_concat": median(values) / median(twin) if twin else None,
                 "runs_tok_s": [round(v) for v in values],
             }
         )
     return rows
 
 
-def notes(args: argparse.Namespace, paths: Sequence[str]) -> list[str]:
-    return [
+def notes(args: argparse.Namespace, paths: Sequence[str], shares: dict[str, float]) -> list[str]:
+    out = [
         f"Corpus: {len(paths)} NPY shard(s), {len(paths) * args.shard_tokens:.3g} uint32 tokens, "
         f"seq_len {args.seq_len}, shuffle on; page cache warm.",
         f"Per case: {args.warmup_tokens:.3g} warm-up tokens skipped, {args.tokens:.3g} input "
@@ -275,6 +348,16 @@ def notes(args: argparse.Namespace, paths: Sequence[str]) -> list[str]:
         "Ratio = median tokens/s / median of the raw baseline at the same batch size (the raw "
         "baseline builds no masks, so masks=on rows include the cost of the masks).",
     ]
+    for mode in args.modes:
+        if mode != "concat":
+            out.append(
+                f"{mode}: sampling.mode = {mode!r}, pad_token_id {PAD_TOKEN_ID}; rates count "
+                f"input positions (padding included); data Mtok/s = positions/s x the epoch's "
+                f"data share {shares[mode]:.5f} (padding {100 * (1 - shares[mode]):.3f} %); "
+                f"{mode} / concat = median / median of the concat case with the same batch "
+                "size, masks and workers, same run."
+            )
+    return out
 
 
 if __name__ == "__main__":
