@@ -56,6 +56,10 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
         "single": docs.config(8, seed=2, packing={"masks": True}),
         "single-num-samples": docs.config(8, seed=2, sampling={"num_samples": 45}),
         "mixture": mixture(paths, WEIGHTS, SCHEDULE, sampling={"num_samples": 120}),
+        "packed": docs.config(
+            8, seed=2, pad_token_id=1, sampling={"mode": "packed"}, packing={"masks": True}
+        ),
+        "padded": docs.config(8, seed=2, pad_token_id=1, sampling={"mode": "padded"}),
     }
 
 
@@ -107,7 +111,7 @@ def grain_contract(make: Callable[[], Any]) -> int:
     return len(states)
 
 
-@pytest.mark.parametrize("case", ["single", "single-num-samples", "mixture"])
+@pytest.mark.parametrize("case", ["single", "single-num-samples", "mixture", "packed", "padded"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_grain_contract_on_stream_loader(
     configs: dict[str, dict[str, Any]], case: str, workers: int
@@ -120,7 +124,7 @@ def test_grain_contract_on_stream_loader(
     assert steps >= 7
 
 
-@pytest.mark.parametrize("case", ["single", "mixture"])
+@pytest.mark.parametrize("case", ["single", "mixture", "packed"])
 def test_grain_contract_on_stream_dataset(configs: dict[str, dict[str, Any]], case: str) -> None:
     cfg = configs[case]
     stream = SampleStream.from_config(load(cfg))
@@ -128,7 +132,7 @@ def test_grain_contract_on_stream_dataset(configs: dict[str, dict[str, Any]], ca
 
 
 # -- every entry point through the shared helper ------------------------------------------------
-@pytest.mark.parametrize("case", ["single", "single-num-samples", "mixture"])
+@pytest.mark.parametrize("case", ["single", "single-num-samples", "mixture", "packed", "padded"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_stream_loader_states_are_echoed_and_positional(
     configs: dict[str, dict[str, Any]], case: str, workers: int
@@ -145,7 +149,7 @@ def test_stream_loader_states_are_echoed_and_positional(
     )
 
 
-@pytest.mark.parametrize("case", ["single", "mixture"])
+@pytest.mark.parametrize("case", ["single", "mixture", "packed"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_stream_dataset_under_stateful_dataloader(
     configs: dict[str, dict[str, Any]], case: str, workers: int

@@ -116,6 +116,23 @@ def test_dcp_checkpoint_resumes_on_another_world_size(
     assert_batches_equal(reference[6:], ranks.take(7), "3 ranks from a DCP checkpoint")
 
 
+def test_dcp_checkpoint_of_packed_mode_resumes_on_another_world_size(
+    single: dict[str, Any], tmp_path: Path
+) -> None:
+    cfg = single | {"pad_token_id": 1, "global_batch_size": 4}
+    cfg["sampling"] = {"mode": "packed", "num_samples": 60}
+    reference = take(loader_of(cfg, 4), 12)
+    loader = loader_of(cfg, 4)
+    take(loader, 5)
+    dcp.save({"data": loader}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    halves = [loader_of(cfg, 2, rank=r, world=2) for r in range(2)]
+    for half in halves:
+        dcp.load({"data": half}, checkpoint_id=tmp_path / "ckpt", no_dist=True)
+    got = [take(half, 7) for half in halves]
+    joined = [{k: torch.cat([a[k], b[k]]) for k in a} for a, b in zip(*got, strict=True)]
+    assert_batches_equal(reference[5:], joined, "2 ranks from a packed DCP checkpoint")
+
+
 def test_dcp_keeps_source_names_with_dots_and_slashes(tmp_path: Path) -> None:
     """DCP flattens nested dicts into dotted keys; source names may hold dots themselves."""
     names = {"web.en": [100, 61], "code/py": [105], "x.epoch": [57]}
