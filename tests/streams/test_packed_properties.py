@@ -110,3 +110,47 @@ def test_ranks_split_each_batch_and_resume_exactly(
         save_points=[min(save, len(whole))],
         passes=2,
     )
+
+
+@pytest.mark.filterwarnings("ignore:each pass of")
+@settings(SETTINGS, max_examples=8)
+@given(
+    layouts=st.lists(shards, min_size=2, max_size=2),
+    weight=st.integers(1, 9),
+    seq_len=st.integers(3, 8),
+    global_batch=st.integers(2, 6),
+    workers=st.sampled_from([0, 2]),
+    save=st.integers(0, 5),
+)
+def test_packed_mixtures_allocate_within_one_sample_and_resume_with_workers(
+    tmp_path_factory: Any,
+    layouts: list[list[list[int]]],
+    weight: int,
+    seq_len: int,
+    global_batch: int,
+    workers: int,
+    save: int,
+) -> None:
+    """Each source packs its own items; every global batch gives source ``a`` its share of
+    samples to within one (cumulatively), and the run resumes exactly with thread workers."""
+    root = tmp_path_factory.mktemp("mix")
+    sources = []
+    for name, layout in zip("ab", layouts, strict=True):
+        write(root / name, [[*lengths, seq_len + 2] for lengths in layout], seed=len(name))
+        share = weight / 10 if name == "a" else 1 - weight / 10
+        sources.append({"name": name, "path": str(root / name), "weight": share})
+    cfg = config(root / "a", seq_len, "packed") | {"global_batch_size": global_batch}
+    cfg["sources"], cfg["sampling"]["num_samples"] = sources, 8 * global_batch
+    stream = streamload.build_stream(streamload.load_config(cfg))
+    src, _ = stream.locate(0, np.arange(8 * global_batch))
+    drawn = np.cumsum(src.reshape(8, global_batch) == 0, axis=None)[
+        global_batch - 1 :: global_batch
+    ]
+    wanted = np.arange(1, 9) * global_batch * weight / 10
+    assert np.all(np.abs(drawn - wanted) <= 1), (drawn, wanted)
+    assert_resumes_exactly(
+        lambda: streamload.build_loader(
+            cfg, batch_size=global_batch, num_workers=workers, options={"worker_type": "thread"}
+        ),
+        save_points=[save],
+    )
