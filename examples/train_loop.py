@@ -5,6 +5,10 @@
 
 Gradient accumulation: draw ``accum`` batches per optimizer step from the same loader; the
 loader state after the last micro-batch is the state of the step.
+
+Per-source losses (a mixture's domains): ``batch["source_ids"]`` names each sample's source
+(an index into ``loader.source_names``); ``source_loss_sums`` sums the per-token losses and
+counts the trained labels per source, so ranks can all-reduce both before dividing.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import os
 import torch
 
 import streamload
+from streamload.ops.source_losses import mean_loss_by_source, source_loss_sums
 
 
 def main() -> None:
@@ -30,6 +35,7 @@ def main() -> None:
     loader = streamload.build_loader(
         args.data, batch_size=args.batch_size, num_workers=args.num_workers
     )
+    names = loader.source_names
     vocab = loader.stream.config.vocab_size or 65536
     model = torch.nn.Sequential(torch.nn.Embedding(vocab, 64), torch.nn.Linear(64, vocab))
     optim = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -45,9 +51,11 @@ def main() -> None:
     while step < args.steps:
         for batch in loader:  # one pass; the next `for` starts the next pass
             logits = model(batch["input_ids"])
-            loss = torch.nn.functional.cross_entropy(
-                logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100
-            )
+            token_losses = torch.nn.functional.cross_entropy(
+                logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100, reduction="none"
+            ).view(batch["labels"].shape)
+            trained = (batch["labels"] != -100).sum().clamp(min=1)
+            loss = token_losses.sum() / trained
             optim.zero_grad()
             loss.backward()
             optim.step()
@@ -60,7 +68,11 @@ def main() -> None:
                     "step": step,
                 }
                 torch.save(state, args.ckpt)
-                print(f"step {step} loss {loss.item():.3f} saved")
+                sums, counts = source_loss_sums(  # all-reduce both first when distributed
+                    token_losses.detach(), batch["labels"], batch["source_ids"], len(names)
+                )
+                by_source = mean_loss_by_source(sums, counts, names)
+                print(f"step {step} loss {loss.item():.3f} {by_source} saved")
             if step >= args.steps:
                 break
 

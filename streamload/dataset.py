@@ -83,6 +83,11 @@ class StreamDataset(IterableDataset[Batch]):
         self._passes = torch.zeros(MAX_WORKER_SLOTS, dtype=torch.int64).share_memory_()
         self._own_passes = 0  # for a worker id beyond the slots
 
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        """The sources' names in the config's order: ``batch["source_ids"]`` indexes this."""
+        return tuple(source.name for source in self.stream.sources)
+
     def __iter__(self) -> Iterator[Batch]:
         info = get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)

@@ -102,6 +102,11 @@ class StreamLoader:
         for handle in handles.values():
             handle.store().clear_memory()
 
+    @property
+    def source_names(self) -> tuple[str, ...]:
+        """The sources' names in the config's order: ``batch["source_ids"]`` indexes this."""
+        return tuple(source.name for source in self.stream.sources)
+
     def __enter__(self) -> StreamLoader:
         return self
 
@@ -243,7 +248,7 @@ class StreamLoader:
     def _batch_bytes(self) -> int:
         """Upper bound of one batch's tensors in bytes (inputs, labels, index, masks)."""
         b, length = self.rank.batch_size, self.stream.seq_len
-        size = 16 * b * length + 8 * b
+        size = 16 * b * length + 16 * b  # input_ids, labels; sample_index, source_ids
         if self.stream.config.packing.masks:
             size += 16 * b * length + 4 * b * (length + 1) + 4 * b
         return size + 64 * 8  # alignment of up to 8 tensors

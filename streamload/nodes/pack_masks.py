@@ -19,7 +19,8 @@ class MaskPacker:
     """Picklable map ``TokenChunk → dict of tensors`` with a leading ``[batches, batch_size]``.
 
     Keys: ``input_ids``, ``labels`` (int64 ``[K, b, L]``), ``sample_index`` (int64 ``[K, b]``,
-    pass-relative), and with masks ``doc_ids``, ``position_ids``, ``cu_seqlens``, ``max_seqlen``
+    pass-relative), ``source_ids`` (int64 ``[K, b]``: each sample's source, an index into the
+    config's sources), and with masks ``doc_ids``, ``position_ids``, ``cu_seqlens``, ``max_seqlen``
     (see :mod:`streamload.ops.masks`).
 
     Args:
@@ -63,6 +64,7 @@ class MaskPacker:
             for key, value in arrays.items()
         }
         out["sample_index"] = torch.from_numpy(np.ascontiguousarray(chunk.plan.sample_ids))
+        out["source_ids"] = torch.from_numpy(chunk.plan.sources.astype(np.int64))
         return out
 
 

@@ -1,5 +1,6 @@
 """Pure batch kernels (numpy, vectorized over a chunk): packing masks from document starts,
-Megatron's masks, and the flattening of ``cu_seqlens`` for varlen attention (torch)."""
+Megatron's masks, the flattening of ``cu_seqlens`` for varlen attention and per-source loss
+sums (torch)."""
 
 from streamload.ops.masks import packing_fields, starts_from_eos
 

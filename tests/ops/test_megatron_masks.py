@@ -66,7 +66,7 @@ def test_loader_masks_equal_megatron(name: str, prefixes: dict[str, str]) -> Non
 def test_without_switches_there_are_no_mask_outputs(prefixes: dict[str, str]) -> None:
     cfg = config_of("masks_all", prefixes)
     batch = next(iter(build_loader(cfg, batch_size=4)))
-    assert sorted(batch) == ["input_ids", "labels", "sample_index"]
+    assert sorted(batch) == ["input_ids", "labels", "sample_index", "source_ids"]
 
 
 def test_live_ltor_masks() -> None:
