@@ -6,7 +6,7 @@ item-id indirection is kept: sample ``j`` holds the items ``offsets[j] … offse
 each ``lengths[i]`` tokens from stream offset ``starts[i]``, in storage order within the
 sample (the order :func:`streamload.plan.packing.pack_items` lists them). Per item 8 bytes of
 start and 2 bytes of length (4 above ``seq_len`` 65,534), per sample 16 bytes of offsets
-(items and data tokens before it): about 14 bytes per item at seq_len 2048, on disk and in
+(items and data tokens before it): 15.8 bytes per item at seq_len 2048, on disk and in
 the page cache, never copied into the process (mapped; process workers map the same files).
 
 The cache key (:func:`plan_description`) names every input of the plan: each token file (its
@@ -225,6 +225,7 @@ def load_plan(
     """
 
     data_errors: list[Exception] = []  # errors of the data, not of the cache folder
+    built: list[dict[str, np.ndarray]] = []  # a build the cache could not keep is not redone
 
     def build() -> dict[str, np.ndarray]:
         try:
@@ -233,7 +234,8 @@ def load_plan(
             )
             if items.starts.size == 0:
                 raise ConfigError(f"source {catalog.config.name!r}: no document holds a token")
-            return build_plan_arrays(items, config.sampling.mode, config.seq_len)
+            built.append(build_plan_arrays(items, config.sampling.mode, config.seq_len))
+            return built[-1]
         except Exception as exc:
             data_errors.append(exc)
             raise
@@ -254,5 +256,5 @@ def load_plan(
             "folder",
             stacklevel=4,
         )
-        arrays, files = build(), None
+        arrays, files = (built[-1] if built else build()), None
     return PackedPlan.from_arrays(arrays, files)
