@@ -7,6 +7,8 @@ epoch, reshuffled, whatever the other sources do.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
@@ -100,22 +102,35 @@ class ConcatSource:
         return self.shards.document_starts(starts, self.seq_len + 1)
 
     def check_tokens(self, tokens: np.ndarray, starts: np.ndarray) -> None:
-        """Raise if a token id is negative or ``>= vocab_size`` (one pass over the block)."""
+        """Raise if a token id is negative or ``>= vocab_size`` (one pass over the block);
+        row ``r`` of ``tokens`` starts at stream offset ``starts[r]``."""
+        found = self.first_bad_token(tokens)
+        if found is not None:
+            row, col = found
+            self.refuse_token(int(starts[row]) + col, int(tokens[row, col]))
+
+    def first_bad_token(self, tokens: np.ndarray) -> tuple[int, int] | None:
+        """``(row, column)`` of the first token id that is negative or ``>= vocab_size``
+        (one max, and one min for signed dtypes, when all are good)."""
         vocab = self.config.vocab_size
         if tokens.size == 0:
-            return
+            return None
         bad_high = vocab is not None and int(tokens.max()) >= vocab
         bad_low = tokens.dtype.kind == "i" and int(tokens.min()) < 0
         if not (bad_high or bad_low):
-            return
+            return None
         bad = (tokens >= vocab) if bad_high else (tokens < 0)
         row, col = (int(v[0]) for v in np.nonzero(bad))
-        shard, offset = self.shards.locate(int(starts[row]) + col)
-        expected = f"< vocab_size = {vocab}" if bad_high else ">= 0"
-        path, value = self.shards.shards[shard].path, int(tokens[row, col])
+        return row, col
+
+    def refuse_token(self, stream_offset: int, value: int) -> NoReturn:
+        """The error of a bad token id ``value`` at ``stream_offset``, naming file and offset."""
+        shard, offset = self.shards.locate(stream_offset)
+        vocab = self.config.vocab_size
+        expected = f"< vocab_size = {vocab}" if value >= 0 else ">= 0"
         raise FormatError(
-            f"{path}: token {offset} is {value}, expected {expected}; the data was tokenized "
-            "with another vocabulary or the dtype is wrong"
+            f"{self.shards.shards[shard].path}: token {offset} is {value}, expected {expected}; "
+            "the data was tokenized with another vocabulary or the dtype is wrong"
         )
 
     def _check(self) -> None:

@@ -255,19 +255,13 @@ class PackedSource(ConcatSource):
     def _check_items(
         self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray
     ) -> None:
-        """:meth:`check_tokens` of the items' tokens in ``out``: one max (and min) over the
-        rows; only when it fails, the padding is left out and the first bad token located."""
-        vocab, signed = self.config.vocab_size, out.dtype.kind == "i"
-        if out.size == 0 or (vocab is None and not signed):
+        """:meth:`check_tokens` of the items' tokens in ``out`` (the padding is a valid id:
+        the config holds ``pad_token_id`` below ``vocab_size``); a bad token is located
+        through its item, as a row of ``out`` is not one stream range."""
+        found = self.first_bad_token(out)
+        if found is None:
             return
-        if (vocab is None or int(out.max()) < vocab) and (not signed or int(out.min()) >= 0):
-            return
-        data = np.bincount(rows, self.plan.lengths[items], out.shape[0])
-        inside = np.arange(out.shape[1]) < data[:, None]  # the padding is not data
-        bad = inside & (((out >= vocab) if vocab is not None else False) | (out < 0))
-        if not bad.any():
-            return
-        row, col = (int(v[0]) for v in np.nonzero(bad))
+        row, col = found
         item = np.flatnonzero((rows == row) & (positions <= col))[-1]  # rows ascend
         offset = int(self.plan.starts[items[item]]) + col - int(positions[item])
-        self.check_tokens(out[row : row + 1, col : col + 1], np.array([offset]))  # raises
+        self.refuse_token(offset, int(out[row, col]))
