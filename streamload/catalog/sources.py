@@ -153,14 +153,12 @@ def _describe_local(
     """Describe local shards, or take them from the catalog cache when every file of their
     folders has the modification time it had: a Megatron ``.idx`` is validated whole (about
     10 ns per document), so without this every start-up would grow with the corpus. The
-    folder listing's times stand in for the versions a local file has none of."""
+    folder listing's times are the local files' versions, recorded like a remote object's
+    (the shard's and its companions'), so what is keyed by versions (a packing plan) sees a
+    rewritten file."""
     versioned = [
-        (
-            dataclasses.replace(listed, version=folder.versions.get(_name(listed.path), "")),
-            o,
-            folder,
-        )
-        for listed, o, folder in jobs
+        (dataclasses.replace(listed, version=f.versions.get(_name(listed.path), "")), o, f)
+        for listed, o, f in jobs
     ]
     key = catalog_key(source.format.value, versioned) if storage.cache_size else None
     if key is not None:
@@ -173,7 +171,14 @@ def _describe_local(
         if cached is not None and len(cached) == len(jobs):
             return SourceCatalog(source, tuple(cached))
     fmt = source.format.value
-    infos = [describe_shard(fs, listed, fmt, opts, folder.names) for listed, opts, folder in jobs]
+    infos = [
+        dataclasses.replace(
+            describe_shard(fs, listed, fmt, opts, folder.names),
+            version=listed.version,
+            companions=_companions(listed.path, folder),
+        )
+        for listed, opts, folder in versioned
+    ]
     if key is not None:
         save_catalog(storage.cache_root, key, infos)
     return SourceCatalog(source, tuple(infos))
@@ -181,6 +186,14 @@ def _describe_local(
 
 def _name(path: str) -> str:
     return posixpath.basename(path)
+
+
+def _companions(path: str, folder: Siblings) -> dict[str, str]:
+    """The listed version of each file beside ``path`` that shares its stem (X.bin: X.idx;
+    X.ds: X.ds.index, X.ds.loss): a lookup per suffix, not a scan of the folder."""
+    stem = _name(path).rsplit(".", 1)[0] + "."
+    names = (stem + suffix for suffix in COMPANION_SUFFIXES)
+    return {name: folder.versions[name] for name in names if name in folder.versions}
 
 
 def _describe_remote(
@@ -214,15 +227,11 @@ def _describe_all(
             if source.on_error is not OnError.SKIP:
                 raise
             return str(exc)
-        name = posixpath.basename(listed.path)
-        stem = name.rsplit(".", 1)[0] + "."  # X.bin: X.idx; X.ds: X.ds.index, X.ds.loss
-        companions = {  # X.bin's X.idx...: a lookup per suffix, not a scan of the folder
-            n: folder.versions[n]
-            for n in (stem + suffix for suffix in COMPANION_SUFFIXES)
-            if n in folder.versions
-        }
         return dataclasses.replace(
-            info, version=listed.version, storage=handle, companions=companions
+            info,
+            version=listed.version,
+            storage=handle,
+            companions=_companions(listed.path, folder),
         )
 
     with concurrent.futures.ThreadPoolExecutor(storage.max_concurrency) as pool:

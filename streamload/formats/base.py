@@ -121,12 +121,13 @@ class ShardInfo:
         index_path: Companion index file (Megatron ``.idx``, Dolma ``.csv.gz``...), if any.
         meta: Small format-specific header facts (ints and strings), e.g. Megatron's
             sequence and document counts.
-        version: The token file's version tag from the listing (remote cache keys).
+        version: The token file's version tag from the listing: an ETag or generation, a
+            local file's modification time (remote cache keys, packing plan keys).
         storage: For remote shards, the :class:`~streamload.remote.StorageHandle` their
             bytes are read through (range reads, block cache); ``None`` for local files.
-        companions: For remote shards, the listed version of each file beside the token
-            file that shares its stem (``X.idx`` of ``X.bin``): a companion is read only in
-            that version (:func:`companion_file`).
+        companions: The listed version of each file beside the token file that shares its
+            stem (``X.idx`` of ``X.bin``): a remote companion is read only in that version
+            (:func:`companion_file`).
     """
 
     path: str

@@ -10,9 +10,9 @@ start and 2 bytes of length (4 above ``seq_len`` 65,534), per sample 16 bytes of
 the page cache, never copied into the process (mapped; process workers map the same files).
 
 The cache key (:func:`plan_description`) names every input of the plan: each token file (its
-path, bytes, tokens, dtype, and the version of it and of its index file: a remote object's
-listed version, a local file's modification time and inode), ``seq_len``,
-the mode, ``long_documents``, the EOS that finds documents of index-less files, and the
+path, bytes, tokens, dtype, and the listed version of it and of its index file: a remote
+object's ETag or generation, a local file's modification time, as the catalog records them),
+``seq_len``, the mode, ``long_documents``, the EOS that finds documents of index-less files, and the
 packing rule (:data:`streamload.plan.packing.ALGORITHM`, group size). Seed and shuffle are
 not inputs: each epoch permutes the same samples. The folder is ``sampling.cache_dir``, else
 ``<storage cache folder>/plans`` (:attr:`streamload.config.StorageConfig.cache_root`); a
@@ -167,24 +167,11 @@ def plan_description(config: DataConfig, catalog: SourceCatalog) -> dict[str, An
 
 
 def _shard_identity(info: ShardInfo) -> list[Any]:
-    """What names one shard's content: path, bytes, tokens, dtype and format, and the version
-    of the token file and of its index file (remote: the listed version; local: the file's
-    modification time and inode, which a rewrite or a replacing copy changes)."""
-    index: str | list[int] | None = None
-    if info.index_path is not None:
-        index = info.companions.get(os.path.basename(info.index_path))
-        if index is None and not info.is_remote:
-            index = _local_version(info.index_path)
-    version = info.version or (None if info.is_remote else _local_version(info.path))
-    return [info.path, info.size, info.num_tokens, info.dtype, info.format, version, index]
-
-
-def _local_version(path: str) -> list[int] | None:
-    try:
-        stat = os.stat(path)
-    except OSError:  # described a moment ago: gone now, so nothing will read it either
-        return None
-    return [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+    """What names one shard's content: path, bytes, tokens, dtype, format, and the listed
+    versions of the token file and of the files beside it that share its stem (its index)."""
+    companions = sorted(info.companions.items())
+    return [info.path, info.size, info.num_tokens, info.dtype, info.format, info.version,
+            companions]  # fmt: skip
 
 
 def build_plan_arrays(items: ItemPlan, mode: SamplingMode, seq_len: int) -> dict[str, np.ndarray]:
@@ -240,6 +227,15 @@ def load_plan(
             data_errors.append(exc)
             raise
 
+    unversioned = [info.path for info in catalog.shards if not info.version]
+    if unversioned:  # a same-size replacement could not be told apart: build, keep nothing
+        warnings.warn(
+            f"streamload: the packing plan of source {catalog.config.name!r} is not cached: "
+            f"{unversioned[0]} has no version in its listing (no ETag, generation or "
+            "modification time); it is built at every start-up",
+            stacklevel=4,
+        )
+        return PackedPlan.from_arrays(build(), None)
     description = plan_description(config, catalog)
     folder = config.sampling.cache_dir
     if folder is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import mmap
+from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -24,3 +26,16 @@ def is_mapped(view: np.ndarray) -> bool:
     if isinstance(base, memoryview):  # np.frombuffer over a map
         base = base.obj
     return isinstance(base, mmap.mmap)
+
+
+def write_megatron_documents(prefix: Path, tokens: np.ndarray, lengths: Sequence[int]) -> Path:
+    """A Megatron dataset ``prefix.bin``/``.idx`` cutting ``tokens`` into documents of
+    ``lengths`` (one sequence each), written (or rewritten) with streamload's writer."""
+    from streamload.formats.megatron import MegatronWriter
+
+    with MegatronWriter(prefix, tokens.dtype) as writer:
+        begin = 0
+        for n in lengths:
+            writer.add_document(tokens[begin : begin + n], lengths=[n])
+            begin += n
+    return prefix.with_name(prefix.name + ".bin")

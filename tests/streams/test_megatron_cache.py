@@ -16,6 +16,7 @@ from streamload.streams.index_cache import cache_key, load_or_build
 from streamload.streams.interface import SampleStream
 from streamload.streams.megatron import MegatronStream
 from tests.helpers.paths import TESTS
+from tests.helpers.shards import write_megatron_documents
 from tests.streams.test_megatron import GOLDENS, config_of, load
 
 FIXTURE = TESTS / "golden" / "megatron_cache"
@@ -213,17 +214,10 @@ def test_a_dataset_rewritten_at_the_same_size_gets_new_indices(tmp_path: Path) -
     """The data fingerprint sees paths and sizes only; the indices are keyed by the sequence
     lengths too, so documents split differently in a same-size file are never read through
     the indices of the old split."""
-    from streamload.formats.megatron import MegatronWriter
-
     tokens = np.arange(1, 401, dtype=np.int32) % 97 + 1
 
     def write(lengths: list[int]) -> str:
-        with MegatronWriter(tmp_path / "data" / "doc", np.int32) as writer:
-            begin = 0
-            for n in lengths:
-                writer.add_document(tokens[begin : begin + n], lengths=[n])
-                begin += n
-        return str(tmp_path / "data" / "doc.bin")
+        return str(write_megatron_documents(tmp_path / "data" / "doc", tokens, lengths))
 
     def cfg(path: str, cache: Path) -> dict[str, Any]:
         sampling = {"mode": "megatron", "num_samples": 30, "cache_dir": str(cache)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import os
 import pickle
 import warnings
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import streamload
 from streamload.errors import ConfigError
 from streamload.streams.packed_source import PackedSource
 from tests.helpers.corpus_factory import Corpus
+from tests.helpers.shards import write_megatron_documents
 from tests.streams.test_packed import packed_config
 
 
@@ -178,3 +180,29 @@ def test_process_workers_map_the_plan_instead_of_copying_it(
     assert isinstance(copy.sources[0].plan.starts.base, np.memmap)
     ids = np.arange(stream.pass_length)
     assert np.array_equal(copy.read(0, ids)[0], stream.read(0, ids)[0])
+
+
+def test_a_rewritten_index_beside_unchanged_tokens_gets_a_new_plan(tmp_path: Path) -> None:
+    """Only the Megatron ``.idx`` changes (the ``.bin`` keeps its bytes and its time): the
+    plan is keyed by the index's version too, so the new documents are packed."""
+    tokens = (np.arange(600) % 97 + 2).astype(np.int32)
+
+    def write(lengths: list[int]) -> None:
+        write_megatron_documents(tmp_path / "data" / "doc", tokens, lengths)
+
+    cfg = {
+        "seq_len": 16,
+        "pad_token_id": 1,
+        "sources": [{"name": "d", "path": str(tmp_path / "data" / "doc.bin")}],
+        "sampling": {"mode": "packed", "shuffle": False, "cache_dir": str(tmp_path / "plans")},
+    }
+    write([40] * 15)
+    binary = tmp_path / "data" / "doc.bin"
+    times = (binary.stat().st_atime_ns, binary.stat().st_mtime_ns)
+    before = rows(cfg)
+    write([7, 33] * 15)  # the same 600 tokens, other documents
+    os.utime(binary, ns=times)  # the token file looks untouched
+    fresh = dict(cfg, sampling=dict(cfg["sampling"], cache_dir=str(tmp_path / "fresh")))
+    after = rows(cfg)
+    assert np.array_equal(after, rows(fresh))
+    assert after.shape != before.shape or not np.array_equal(after, before)
