@@ -38,10 +38,12 @@ pytest.importorskip("s3fs")
 
 pytestmark = pytest.mark.filterwarnings("ignore:each pass")
 
-STALL = {"timeout": 1.0, "retries": 1, "backoff": 0.01, "stall_warning": 0.0,
+STALL = {"timeout": 2.0, "retries": 1, "backoff": 0.01, "stall_warning": 0.0,
          "stall_timeout": 300.0}  # fmt: skip
-"""Two attempts of one second: the watchdog (300 s) is not what ends a stalled call."""
-BUDGET = 2 * 1.0 + 0.01
+"""Two attempts of two seconds: the watchdog (300 s) is not what ends a stalled call. One
+second was too short for a healthy read through the proxy under the suite's load: a
+clean-clone run skipped the healthy shard too."""
+BUDGET = 2 * 2.0 + 0.01
 """The request budget of ``STALL``: attempts x timeout + backoffs."""
 SLACK = 20.0
 """Start-up, process workers and a loaded 2-core machine (the bug: over 240 s)."""
