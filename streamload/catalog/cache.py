@@ -46,7 +46,8 @@ __all__ = ["SCHEMA", "catalog_key", "check_cache_root", "load_catalog", "save_ca
 SCHEMA = "streamload-catalog-1"
 """Version of the key and the entry layout (change it when ShardInfo or describing changes)."""
 
-_FIELDS = [f.name for f in dataclasses.fields(ShardInfo) if f.name != "storage"]
+_FIELDS = [f.name for f in dataclasses.fields(ShardInfo) if f.name not in ("storage", "loss_mask")]
+"""What an entry keeps: what describing gives (masks are found at every start-up, after it)."""
 _LOG = logging.getLogger("streamload.remote")
 _WARNED: set[str] = set()
 """Cache folders this process already warned it cannot write (one warning each)."""

@@ -20,6 +20,7 @@ from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import ListedFile
+from streamload.formats.mask_names import is_mask_name
 from streamload.remote.clients import client_options, limit_client_retries
 from streamload.remote.retry import retrying
 from streamload.remote.versions import object_version
@@ -27,6 +28,7 @@ from streamload.remote.versions import object_version
 __all__ = [
     "Siblings",
     "TOKEN_SUFFIXES",
+    "list_entries",
     "list_source_files",
     "sibling_files",
     "source_url",
@@ -84,23 +86,40 @@ def list_source_files(
         RemoteReadError: a listing kept failing.
     """
     fs, entries = source_filesystem(source, storage)
+    return fs, list_entries(fs, source, source.paths, entries, storage)
+
+
+def list_entries(
+    fs: Any,
+    source: SourceConfig,
+    raws: tuple[str, ...],
+    entries: list[str],
+    storage: StorageConfig | None,
+    masks: bool = False,
+) -> list[ListedFile]:
+    """The files of path entries (``raws`` as written, ``entries`` stripped), each entry
+    sorted, in entry order: token files, or with ``masks`` the loss-mask files a source
+    names (``label_masks``: a folder lists every file in it).
+
+    Raises:
+        ConfigError: a path does not exist, matches nothing, or a file is listed twice.
+    """
     files: list[ListedFile] = []
-    for raw, entry in zip(source.paths, entries, strict=True):
-        infos = retrying(storage, f"listing {raw}", _expand, fs, entry)
+    what = "loss-mask files" if masks else "token files"
+    for raw, entry in zip(raws, entries, strict=True):
+        infos = retrying(storage, f"listing {raw}", _expand, fs, entry, masks)
         found = sorted((_listed(fs, i, rel, storage) for i, rel in infos), key=lambda f: f.path)
         if not found:
-            raise ConfigError(
-                f"source {source.name!r}: {raw!r} holds no token files "
-                f"(looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)})"
-            )
+            looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)})"
+            raise ConfigError(f"source {source.name!r}: {raw!r} holds no {what}{looked}")
         files.extend(found)
     seen: set[str] = set()
     for f in files:
         if f.path in seen:
             where = source_url(fs, f.path, source)
-            raise ConfigError(f"source {source.name!r}: {where} is listed twice")
+            raise ConfigError(f"source {source.name!r}: {where} is listed twice in its {what}")
         seen.add(f.path)
-    return fs, files
+    return files
 
 
 def _is_file(fs: Any, info: dict[str, Any]) -> bool:
@@ -111,21 +130,29 @@ def _is_file(fs: Any, info: dict[str, Any]) -> bool:
     return kind == "file" or (kind in ("other", "link") and fs.isfile(info["name"]))
 
 
-def _expand(fs: Any, entry: str) -> list[tuple[dict[str, Any], str]]:
+def _is_token_file(fs: Any, info: dict[str, Any]) -> bool:
+    """A listed file that may be a shard: a file, not a loss mask (``labels_mask*``,
+    ``*.loss``: :mod:`streamload.formats.mask_names`), which goes with its token file."""
+    return not is_mask_name(posixpath.basename(info["name"])) and _is_file(fs, info)
+
+
+def _expand(fs: Any, entry: str, masks: bool = False) -> list[tuple[dict[str, Any], str]]:
     """The listed entries (fsspec infos) of one path entry, each with its relative path: one
-    attempt of a few requests (exists/isdir/isfile, then ls/glob/info)."""
+    attempt of a few requests (exists/isdir/isfile, then ls/glob/info). With ``masks`` a
+    folder or glob lists every file (the loss masks a source names), else its token files."""
+    keep = _is_file if masks else _is_token_file
     # An existing path wins over a glob reading, so a folder named "run[1]" works.
     if any(c in entry for c in _GLOB_CHARS) and not fs.exists(entry):
         root = entry[: min(entry.find(c) for c in _GLOB_CHARS if c in entry)]
         root = root if root.endswith("/") else posixpath.dirname(root)
         infos = fs.glob(entry, detail=True).values()
-        files = [i for i in infos if _is_file(fs, i)]
+        files = [i for i in infos if keep(fs, i)]
     elif fs.isdir(entry):
         root = entry
         files = [
             i
             for i in fs.ls(entry, detail=True)
-            if i["name"].endswith(TOKEN_SUFFIXES) and _is_file(fs, i)
+            if (masks or i["name"].endswith(TOKEN_SUFFIXES)) and keep(fs, i)
         ]
     elif fs.isfile(entry):
         return [_single(fs, entry)]
@@ -163,23 +190,29 @@ def _listed(
 
 
 class Siblings(NamedTuple):
-    """The files of one folder: name → listed version (:func:`object_version`), and the set of
-    names (built once per folder: a folder may hold many thousands of shards)."""
+    """The files of one folder: name → listed version (:func:`object_version`), the set of
+    names (built once per folder: a folder may hold many thousands of shards), and name →
+    size in bytes (``-1`` when the listing gives none)."""
 
     versions: dict[str, str]
     names: frozenset[str]
+    sizes: dict[str, int]
 
 
 def sibling_files(fs: Any, folder: str, cache: dict[str, Siblings]) -> Siblings:
     """The files in ``folder`` (one listing per folder, cached): sniffing looks for companions
     by name, and a remote companion is later read only in the version listed here."""
     if folder not in cache:
-        versions = {
-            posixpath.basename(entry["name"]): object_version(entry)
-            for entry in fs.ls(folder, detail=True)
-        }
-        cache[folder] = Siblings(versions, frozenset(versions))
+        entries = fs.ls(folder, detail=True)
+        versions = {posixpath.basename(e["name"]): object_version(e) for e in entries}
+        sizes = {posixpath.basename(e["name"]): _size(e) for e in entries}
+        cache[folder] = Siblings(versions, frozenset(versions), sizes)
     return cache[folder]
+
+
+def _size(entry: dict[str, Any]) -> int:
+    size = entry.get("size")
+    return int(size) if isinstance(size, int) else -1
 
 
 def _relative(name: str, root: str) -> str:

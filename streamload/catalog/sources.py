@@ -30,6 +30,7 @@ from streamload.catalog.listing import (
     sibling_files,
     source_url,
 )
+from streamload.catalog.masks import attach_masks
 from streamload.config import DataConfig, SourceConfig
 from streamload.config.source import OnError
 from streamload.config.storage import StorageConfig
@@ -41,10 +42,11 @@ from streamload.remote.store import StorageHandle
 
 __all__ = ["SourceCatalog", "describe_source", "describe_sources", "storage_handle"]
 
-COMPANION_SUFFIXES = ("idx", "csv.gz", "ds.index", "ds.loss", "ds.metadata", "tok.json")
+COMPANION_SUFFIXES = ("idx", "csv.gz", "ds.index", "ds.metadata", "tok.json")
 """Files beside a token file ``X.<ext>`` named ``X.<suffix>`` that its format reads (Megatron
-``.idx``, dolma ``.csv.gz``, datatrove ``.ds.index/.loss/.metadata``, a jsonl record): their
-listed versions go with the shard, so a remote one is read only in that version."""
+``.idx``, dolma ``.csv.gz``, datatrove ``.ds.index/.metadata``, a jsonl record): their
+listed versions go with the shard, so a remote one is read only in that version (a loss
+mask's is added where it is found: :mod:`streamload.catalog.masks`)."""
 
 
 @dataclass(frozen=True)
@@ -143,8 +145,12 @@ def describe_source(
         listed = ListedFile(source_url(fs, f.path, source), f.relpath, f.size, f.version)
         jobs.append((listed, options, siblings[folder]))
     if handle is None:
-        return _describe_local(fs, source, storage, jobs)
-    return _describe_remote(fs, source, storage, handle, jobs)
+        catalog = _describe_local(fs, source, storage, jobs)
+    else:
+        catalog = _describe_remote(fs, source, storage, handle, jobs)
+    paths = [(file.path, folder) for file, _, folder in jobs]
+    shards = attach_masks(fs, source, storage, catalog.shards, paths)
+    return dataclasses.replace(catalog, shards=shards)
 
 
 def _describe_local(
@@ -190,7 +196,7 @@ def _name(path: str) -> str:
 
 def _companions(path: str, folder: Siblings) -> dict[str, str]:
     """The listed version of each file beside ``path`` that shares its stem (X.bin: X.idx;
-    X.ds: X.ds.index, X.ds.loss): a lookup per suffix, not a scan of the folder."""
+    X.ds: X.ds.index): a lookup per suffix, not a scan of the folder."""
     stem = _name(path).rsplit(".", 1)[0] + "."
     names = (stem + suffix for suffix in COMPANION_SUFFIXES)
     return {name: folder.versions[name] for name in names if name in folder.versions}

@@ -1,7 +1,8 @@
 """``streamload inspect``: format, dtype, documents and tokens per shard, from headers and indexes.
 
 JSON keys (public contract): ``format``, ``dtype``, ``num_documents``, ``num_tokens``,
-``shards`` (``path``, ``num_documents``, ``num_tokens``). ``format`` is the format's one name
+``shards`` (``path``, ``num_documents``, ``num_tokens``, ``loss_mask``: the shard's loss-mask
+file or ``null``, docs/formats.md "Loss masks"). ``format`` is the format's one name
 (as ``format =`` in a config takes it). For formats without a document index (``numpy``,
 ``raw``), ``num_documents`` counts the documents ending in ``--eos`` (default: the
 ``eos_token_id`` of ``--config``), streaming the tokens in bounded memory; without an EOS it
@@ -91,7 +92,14 @@ def run(args: argparse.Namespace) -> int:
             docs, counted = count_documents(shard, eos), True
         else:
             unindexed.add(info.format)
-        shards.append({"path": info.path, "num_documents": docs, "num_tokens": info.num_tokens})
+        shards.append(
+            {
+                "path": info.path,
+                "num_documents": docs,
+                "num_tokens": info.num_tokens,
+                "loss_mask": info.loss_mask,
+            }
+        )
     formats = sorted({s.format for s in catalog.shards})
     dtypes = sorted({np.dtype(s.dtype).name for s in catalog.shards})
     counts = [s["num_documents"] for s in shards]
@@ -133,7 +141,8 @@ def _print_table(report: dict[str, Any], lengths: np.ndarray) -> None:
     width = max(len(s["path"]) for s in report["shards"])
     for s in report["shards"]:
         docs = "-" if s["num_documents"] is None else f"{s['num_documents']:,}"
-        print(f"  {s['path']:<{width}}  {s['num_tokens']:>14,} tokens  {docs:>10} documents")
+        mask = f"  loss mask {s['loss_mask']}" if s["loss_mask"] else ""
+        print(f"  {s['path']:<{width}}  {s['num_tokens']:>14,} tokens  {docs:>10} documents{mask}")
     histogram = length_histogram(lengths)
     if histogram:
         print("document lengths (tokens):")

@@ -85,6 +85,11 @@ class SourceConfig:
         bos_token_id: With ``tokenizer``: BOS added when absent.
         eos_token_id: With ``tokenizer``: EOS added when absent (at least one of the two).
         text_field: With ``tokenizer``: JSON field holding the text (dotted: nested).
+        label_masks: Per-token loss masks (docs/formats.md, "Loss masks"): ``"auto"``
+            (default) uses those found beside the token files (datatrove ``X.ds.loss``,
+            OLMo-core ``labels_mask*`` beside ``token_ids*``); ``"none"`` ignores them; a
+            folder, glob, file or list of those names the mask files, paired in listing
+            order with the source's shards.
     """
 
     name: str
@@ -100,6 +105,7 @@ class SourceConfig:
     bos_token_id: int | None = None
     eos_token_id: int | None = None
     text_field: str = "text"
+    label_masks: str | tuple[str, ...] = "auto"
 
     def __post_init__(self) -> None:
         where = f"source {show(self.name)}"
@@ -134,6 +140,25 @@ class SourceConfig:
             )
         if self.weight is not None:
             check_number(self.weight, f"{where}: weight", 0)
+        self._check_label_masks(where)
+
+    def _check_label_masks(self, where: str) -> None:
+        masks = self.label_masks
+        entries = (masks,) if isinstance(masks, str) else masks
+        if not isinstance(masks, (str, list, tuple)) or not entries:
+            raise ConfigError(
+                f"{where}: label_masks = {show(masks)} must be 'auto', 'none', or the mask "
+                "files as a path, glob or list"
+            )
+        for entry in entries:
+            check_path(entry, f"{where}: label_masks")
+        if not isinstance(masks, str) and {"auto", "none"} & set(entries):
+            raise ConfigError(
+                f"{where}: label_masks = {show(masks)}: 'auto' and 'none' stand alone, "
+                "not in a list of paths"
+            )
+        if isinstance(masks, list):
+            object.__setattr__(self, "label_masks", tuple(masks))
 
     def _check_tokenizing(self, where: str) -> None:
         for name in ("bos_token_id", "eos_token_id"):
@@ -166,3 +191,11 @@ class SourceConfig:
     def paths(self) -> tuple[str, ...]:
         """The path entries as a tuple."""
         return (self.path,) if isinstance(self.path, str) else self.path
+
+    @property
+    def mask_paths(self) -> tuple[str, ...]:
+        """The mask files named by ``label_masks`` (empty for ``"auto"`` and ``"none"``)."""
+        if self.label_masks in ("auto", "none"):
+            return ()
+        masks = self.label_masks
+        return (masks,) if isinstance(masks, str) else masks

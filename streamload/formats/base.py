@@ -128,6 +128,9 @@ class ShardInfo:
         companions: The listed version of each file beside the token file that shares its
             stem (``X.idx`` of ``X.bin``): a remote companion is read only in that version
             (:func:`companion_file`).
+        loss_mask: The shard's per-token loss-mask file, if it has one (found by the catalog:
+            :mod:`streamload.catalog.masks`): headerless, one byte per token, nonzero where
+            the token is trained as a label (:mod:`streamload.formats.loss_mask`).
     """
 
     path: str
@@ -142,6 +145,7 @@ class ShardInfo:
     version: str = field(default="", compare=False)
     storage: Any = field(default=None, compare=False, hash=False, repr=False)
     companions: dict[str, str] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    loss_mask: str | None = None
 
     def __post_init__(self) -> None:
         # one name per format, also for descriptions cached under a former name

@@ -4,7 +4,9 @@
 * ``X.ds.index``: u64 little-endian cumulative document ends in tokens, one per document,
   no leading 0 (document k is ``[index[k-1] or 0, index[k])``; empty documents repeat a value);
 * ``X.ds.metadata`` (optional): ``"{tokenizer}|{width}\\n{token count}\\n{humanized} T"``;
-* ``X.ds.loss`` (optional): one byte per token, 1 where the loss is computed.
+* ``X.ds.loss`` (optional): one byte per token, 1 where the loss is computed; a loss mask,
+  found and read by the catalog for every format alike (:mod:`streamload.catalog.masks`,
+  :mod:`streamload.formats.loss_mask`).
 
 Width: from ``.ds.metadata``; a configured ``dtype`` must agree with it. Without metadata (or
 with an old one that has no ``|width``) the configured ``dtype`` is used, else the one width
@@ -161,23 +163,16 @@ def _pick_dtype(
 
 
 class DatatroveShard(MemmapShard):
-    """An opened ``.ds`` shard: tokens, document bounds (lazy), and the optional loss mask."""
+    """An opened ``.ds`` shard: tokens and document bounds (lazy)."""
 
-    def __init__(self, info: ShardInfo, index: np.ndarray, loss: str | None) -> None:
+    def __init__(self, info: ShardInfo, index: np.ndarray) -> None:
         super().__init__(info)
         self._index = index
-        self._loss = (
-            np.memmap(loss, dtype=np.bool_, mode="r", shape=(info.num_tokens,)) if loss else None
-        )
 
     def document_bounds(self) -> np.ndarray:
         if self._bounds is None:
             self._bounds = np.concatenate([[0], self._index]).astype(np.int64)
         return self._bounds
-
-    def loss_mask(self, start: int, stop: int) -> np.ndarray | None:
-        """Loss flags of tokens ``[start, stop)`` from ``.ds.loss``, or ``None`` without one."""
-        return None if self._loss is None else self._loss[start:stop]
 
 
 class DatatroveFormat:
@@ -215,13 +210,6 @@ class DatatroveFormat:
                 "index belongs to another file"
             )
         meta["num_documents"] = int(meta["index_size"] // 8)
-        if fs.isfile(path + ".loss"):
-            meta["loss_size"] = int(fs.size(path + ".loss"))
-            if meta["loss_size"] != last:
-                raise FormatError(
-                    f"{path}.loss is {meta['loss_size']} bytes; expected one byte per token "
-                    f"({last})"
-                )
         return ShardInfo(
             path, file.relpath, file.size, self.name, dtype.str, 0, last, index_path, meta
         )
@@ -232,10 +220,7 @@ class DatatroveFormat:
         index = np.memmap(local, dtype="<u8", mode="r")
         if int(index[-1]) != info.num_tokens:
             raise FormatError(f"{index_path}: changed since start-up (last end {index[-1]})")
-        loss = None
-        if "loss_size" in info.meta:
-            loss = companion_file(info, info.path + ".loss", int(info.meta["loss_size"]))
-        return DatatroveShard(info, index, loss)
+        return DatatroveShard(info, index)
 
 
 class DatatroveWriter(StackWriter):

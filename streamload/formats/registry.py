@@ -23,10 +23,14 @@ __all__ = [
 _MODULES = ("megatron", "modalities", "datatrove", "dolma", "jsonl", "npy", "raw")
 """Format modules in sniffing order; each exposes ``FORMAT``, its ``ShardFormatSpec``."""
 
+_OPEN_ONLY = ("loss_mask",)
+"""Modules of what is opened like a shard but never sniffed, listed or configured (a token
+file's loss mask, :mod:`streamload.formats.loss_mask`)."""
 
-def _load() -> dict[str, ShardFormatSpec]:
+
+def _load(modules: tuple[str, ...] = _MODULES) -> dict[str, ShardFormatSpec]:
     formats = {}
-    for name in _MODULES:
+    for name in modules:
         try:
             module = importlib.import_module(f"streamload.formats.{name}")
         except ModuleNotFoundError as exc:
@@ -40,6 +44,8 @@ def _load() -> dict[str, ShardFormatSpec]:
 
 FORMATS: dict[str, ShardFormatSpec] = _load()
 """Registered formats by name, in sniffing order."""
+
+_OPENABLE: dict[str, ShardFormatSpec] = {**FORMATS, **_load(_OPEN_ONLY)}
 
 
 def canonical_name(name: str) -> str:
@@ -70,5 +76,7 @@ def sniff_format(path: str, head: bytes, siblings: frozenset[str]) -> ShardForma
 
 
 def open_shard(info: ShardInfo) -> TokenShard:
-    """Open a described shard with its format's reader."""
-    return get_format(info.format).open(info)
+    """Open a described shard with its format's reader (also a loss mask's, described by
+    :func:`streamload.formats.loss_mask.mask_shard`)."""
+    spec = _OPENABLE.get(info.format)
+    return (spec or get_format(info.format)).open(info)

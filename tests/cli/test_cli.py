@@ -67,7 +67,8 @@ def test_inspect_json_keys(tmp_path: Path, capsys) -> None:
     assert set(report) == {"format", "dtype", "num_documents", "num_tokens", "shards"}
     assert (report["format"], report["dtype"], report["num_documents"]) == ("dolma", "uint16", 3)
     assert report["num_tokens"] == 16
-    assert set(report["shards"][0]) == {"path", "num_documents", "num_tokens"}
+    assert set(report["shards"][0]) == {"path", "num_documents", "num_tokens", "loss_mask"}
+    assert report["shards"][0]["loss_mask"] is None
 
 
 def test_docs_split_at_eos_without_an_index(capsys) -> None:

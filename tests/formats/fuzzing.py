@@ -35,6 +35,7 @@ from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import StreamloadError
 from streamload.formats import open_shard
+from streamload.formats.loss_mask import mask_shard
 
 __all__ = ["CASE_SECONDS", "Target", "mutate", "read_everything", "run_cases"]
 
@@ -183,9 +184,9 @@ def _extras(shard: Any, bounds: np.ndarray | None) -> list[Any]:
     extras: list[Any] = []
     if hasattr(shard, "document_metadata") and bounds is not None:
         extras += [shard.document_metadata(i) for i in range(len(bounds) - 1)]
-    if hasattr(shard, "loss_mask"):
-        mask = shard.loss_mask(0, shard.info.num_tokens)
-        extras.append(None if mask is None else np.asarray(mask).tolist())
+    if shard.info.loss_mask is not None:
+        mask = open_shard(mask_shard(shard.info)).tokens(0, shard.info.num_tokens)
+        extras.append(np.asarray(mask).tolist())
     if hasattr(shard, "sequence_bounds"):
         extras.append(np.asarray(shard.sequence_bounds()).tolist())
     return extras

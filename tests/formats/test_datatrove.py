@@ -16,6 +16,7 @@ from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
 from streamload.formats.datatrove import DatatroveShard, DatatroveWriter, humanize_metric
+from streamload.formats.loss_mask import mask_shard
 from tests.helpers.masks import assert_masks_follow_documents
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents, is_mapped
@@ -54,7 +55,7 @@ def test_fixture_reads_back_its_documents(kw: dict[str, str]) -> None:
     assert shard.document_bounds().dtype == np.int64
     assert documents(shard) == DOCS
     assert is_mapped(shard.tokens(3, 11))
-    assert shard.loss_mask(0, 4) is None
+    assert info.loss_mask is None
 
 
 def test_writer_is_byte_identical_to_datatrove(tmp_path: Path) -> None:
@@ -114,11 +115,14 @@ def test_round_trip(tmp_path_factory: pytest.TempPathFactory, docs: list, loss: 
         for k, doc in enumerate(docs):
             mask = np.arange(len(doc)) % (k + 2) != 0
             writer.add_document(doc, loss_mask=mask if loss else None)
-    shard = open_shard(describe(folder).shards[0])
+    info = describe(folder).shards[0]
+    shard = open_shard(info)
     assert documents(shard) == docs  # empty documents repeat their end in the index
+    assert (info.loss_mask is not None) == loss  # the catalog finds X.ds.loss
     if loss:
         masks = [np.arange(len(d)) % (k + 2) != 0 for k, d in enumerate(docs)]
-        assert shard.loss_mask(0, shard.info.num_tokens).tolist() == np.concatenate(masks).tolist()
+        read = open_shard(mask_shard(info)).tokens(0, info.num_tokens)
+        assert read.tolist() == np.concatenate(masks).astype(int).tolist()
 
 
 def test_writer_refuses_ids_outside_the_width(tmp_path: Path) -> None:
@@ -164,7 +168,7 @@ def test_old_metadata_without_width(tmp_path: Path) -> None:
         (".index", b"", r"\.index: holds no documents"),
         (".index", np.array([4, 7, 3, 15], "<u8").tobytes(), r"document 2 ends at token 3 before"),
         (".index", np.array([4, 7, 13, 16], "<u8").tobytes(), r"\.metadata says 15 tokens"),
-        (".loss", b"\x01" * 14, r"\.loss is 14 bytes; expected one byte per token \(15\)"),
+        (".loss", b"\x01" * 14, r"\.loss: 14 bytes, but it is the loss mask of .*holds 15 tokens"),
     ],
 )
 def test_corrupt_companions(tmp_path: Path, name: str, content: bytes, match: str) -> None:

@@ -1,0 +1,114 @@
+"""Find each shard's loss mask: beside it by name, or as the source's ``label_masks`` say.
+
+``[[sources]] label_masks``:
+
+* ``"auto"`` (default): a shard whose folder listing holds its conventional mask
+  (:mod:`streamload.formats.mask_names`: OLMo-core ``labels_mask<rest>`` beside
+  ``token_ids<rest>``, else ``<file>.loss``, datatrove's ``X.ds.loss``) uses it; the others
+  are all trained;
+* ``"none"``: masks are ignored;
+* a folder, glob, file or list of those: the mask files, listed like a source's path (each
+  entry sorted) and paired in that order with the source's listed shards, one each.
+
+Masks are attached at every start-up, after the shards are described (or taken from the
+catalog cache): the folder listings are those the description made, so ``"auto"`` costs no
+request, and a named mask costs one listing per entry. A mask must hold one byte per token of
+its shard; anything else is refused naming both files. The mask's listed version goes with
+the shard's companions, so a remote mask is read only in that version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+from collections.abc import Sequence
+from typing import Any
+
+from streamload.catalog.listing import Siblings, list_entries, source_url
+from streamload.config import SourceConfig
+from streamload.config.storage import StorageConfig
+from streamload.errors import ConfigError, FormatError
+from streamload.formats.base import ListedFile, ShardInfo
+from streamload.formats.mask_names import mask_conventions
+
+__all__ = ["attach_masks"]
+
+
+def attach_masks(
+    fs: Any,
+    source: SourceConfig,
+    storage: StorageConfig,
+    shards: tuple[ShardInfo, ...],
+    listed: Sequence[tuple[str, Siblings]],
+) -> tuple[ShardInfo, ...]:
+    """``shards`` with their loss masks (:attr:`ShardInfo.loss_mask`).
+
+    Args:
+        fs: The source's file system.
+        source: The source (its ``label_masks``).
+        storage: Listing retries.
+        shards: The described shards (a subset of ``listed`` when some were skipped).
+        listed: Every listed token file's path (as in :attr:`ShardInfo.path`) and its
+            folder's files, in listing order.
+
+    Raises:
+        ConfigError: named masks that do not pair one to one with the listed shards.
+        FormatError: a mask whose size is not one byte per token of its shard.
+    """
+    if source.label_masks == "none":
+        return shards
+    if source.mask_paths:
+        masks = _named(fs, source, storage, [path for path, _ in listed])
+    else:
+        masks = _beside(fs, listed)
+    return tuple(_with_mask(info, masks.get(info.path)) for info in shards)
+
+
+def _beside(fs: Any, listed: Sequence[tuple[str, Siblings]]) -> dict[str, ListedFile]:
+    """The conventional masks found in the shards' folder listings."""
+    out = {}
+    for path, folder in listed:
+        name = mask_conventions(posixpath.basename(path), folder.names)
+        if name is None:
+            continue
+        mask = posixpath.join(posixpath.dirname(path), name)
+        size = folder.sizes.get(name, -1)
+        if size < 0:  # a listing without sizes (an HTTP index page)
+            size = int(fs.size(_stripped(fs, mask)))
+        out[path] = ListedFile(mask, name, size, folder.versions.get(name, ""))
+    return out
+
+
+def _named(
+    fs: Any, source: SourceConfig, storage: StorageConfig, paths: list[str]
+) -> dict[str, ListedFile]:
+    """The masks ``label_masks`` names, paired in order with the listed token files."""
+    entries = [_stripped(fs, entry) for entry in source.mask_paths]
+    masks = list_entries(fs, source, source.mask_paths, entries, storage, masks=True)
+    if len(masks) != len(paths):
+        raise ConfigError(
+            f"source {source.name!r}: label_masks = {source.label_masks!r} lists {len(masks)} "
+            f"files but the source lists {len(paths)} token files; they pair one to one, in "
+            "listing order"
+        )
+    return {
+        path: dataclasses.replace(mask, path=source_url(fs, mask.path, source))
+        for path, mask in zip(paths, masks, strict=True)
+    }
+
+
+def _with_mask(info: ShardInfo, mask: ListedFile | None) -> ShardInfo:
+    if mask is None:
+        return info
+    if mask.size != info.num_tokens:
+        raise FormatError(
+            f"{mask.path}: {mask.size} bytes, but it is the loss mask of {info.path}, which "
+            f"holds {info.num_tokens} tokens; a loss mask holds one byte per token"
+        )
+    name = posixpath.basename(mask.path)
+    companions = {**info.companions, name: mask.version} if mask.version else info.companions
+    return dataclasses.replace(info, loss_mask=mask.path, companions=companions)
+
+
+def _stripped(fs: Any, path: str) -> str:
+    return str(fs._strip_protocol(path))
