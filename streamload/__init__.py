@@ -41,7 +41,13 @@ from streamload.errors import (
 
 if TYPE_CHECKING:
     from streamload.dataset import StreamDataset
-    from streamload.loader import LoaderOptions, StreamLoader, WorkerType, build_loader
+    from streamload.loader import (
+        LoaderOptions,
+        StreamLoader,
+        WorkerType,
+        build_loader,
+        evaluation_stream,
+    )
     from streamload.plan.partition import RankSpec
     from streamload.streams.interface import SampleStream, build_stream
 
@@ -58,6 +64,7 @@ _LAZY = {
     "WorkerType": "streamload.loader",
     "build_loader": "streamload.loader",
     "build_stream": "streamload.streams.interface",
+    "evaluation_stream": "streamload.loader",
 }
 
 
@@ -145,5 +152,6 @@ __all__ = [
     "__version__",
     "build_loader",
     "build_stream",
+    "evaluation_stream",
     "load_config",
 ]

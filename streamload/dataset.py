@@ -27,6 +27,11 @@ whose state is global.
 An ``iter()`` decides its pass when it is called, not when its first batch is asked for:
 ``StatefulDataLoader`` makes an iterator while restoring a state and may drop it unused (a
 state saved after the loop ended), and the next iterator must then start the next pass.
+
+An evaluation pass is the same dataset over an evaluation stream, with the last global batch
+padded and ``sample_mask`` in every batch (:mod:`streamload.streams.evaluation`)::
+
+    ds = StreamDataset(evaluation_stream("data.toml", "valid"), RankSpec(rank, world, 8))
 """
 
 from __future__ import annotations
@@ -163,6 +168,9 @@ class StreamDataset(IterableDataset[Batch]):
         workers = info.num_workers if info is not None else 1
         check_cursor(self.stream, cursor, slack=(workers - 1) * global_batch)
         expected = 0 if batch is None else batch * global_batch
+        if batch is not None and not self.stream.is_mixture:  # an evaluation pass ends at P
+            start = self.stream.start(cursor.pass_index)
+            expected = self.stream.advance(start, batch, global_batch).sample
         if cursor.sample != expected:
             raise StateError(
                 f"state cursor.sample = {cursor.sample} disagrees with batch = {batch} of "

@@ -4,6 +4,13 @@ Example:
     >>> loader = build_loader("data.toml", batch_size=8, num_workers=2)  # doctest: +SKIP
     >>> for step, batch in enumerate(loader):                              # doctest: +SKIP
     ...     state = loader.state_dict()   # after any delivered batch
+
+An evaluation loader (``split=``) walks one pass of a split, every sample once, and keeps the
+last global batch, its padding rows marked by ``batch["sample_mask"]``:
+
+    >>> valid = build_loader("data.toml", batch_size=8, split="valid")  # doctest: +SKIP
+    >>> for batch in valid:                                             # doctest: +SKIP
+    ...     loss_sum += per_token_loss(batch)[batch["labels"] != -100].sum()
 """
 
 from __future__ import annotations
@@ -28,9 +35,18 @@ from streamload.nodes.split_batches import SplitBatches
 from streamload.plan.partition import RankSpec
 from streamload.remote.stats import RemoteStats, worker_totals
 from streamload.state import load_state, make_state
+from streamload.streams.evaluation import EvaluationStream, evaluation_config, evaluation_stream
 from streamload.streams.interface import SampleStream
 
-__all__ = ["Batch", "LoaderOptions", "StreamLoader", "WorkerType", "build_loader"]
+__all__ = [
+    "Batch",
+    "LoaderOptions",
+    "StreamLoader",
+    "WorkerType",
+    "build_loader",
+    "evaluation_config",
+    "evaluation_stream",
+]
 
 Batch = dict[str, torch.Tensor]
 
@@ -44,6 +60,12 @@ class StreamLoader:
 
     Each ``iter()`` continues the current pass from the cursor (a fresh loader starts at pass
     0); when a pass ends, the next ``iter()`` starts the next one.
+
+    Over an :class:`~streamload.streams.evaluation.EvaluationStream` (``build_loader(...,
+    split=...)``) it is an evaluation loader: a pass holds every sample of the split once,
+    the last global batch is kept and padded, and every batch has ``sample_mask`` (bool
+    ``[b]``, false on a padding row; such a row also has ``sample_index`` -1 and every label
+    -100). A training loader never pads: it drops the last partial global batch.
 
     Args:
         stream: The global sample stream.
@@ -77,10 +99,12 @@ class StreamLoader:
         self._chain: BaseNode[Batch] | None = None
         self._planner: PlanChunks | None = None
         self._workers: MapWorkers[Any, Batch] | None = None
+        self.evaluation = isinstance(stream, EvaluationStream)
         # Only a source policy can end a stream early; others need no end-of-stream look-ahead.
-        self._limited = any(source.limit is not None for source in stream.sources)
+        limits = any(source.limit is not None for source in stream.sources)
+        self._limited = limits and not self.evaluation  # an evaluation pass ignores policies
         length = stream.pass_length
-        dropped = 0 if length is None else length % rank.global_batch
+        dropped = 0 if length is None or self.evaluation else length % rank.global_batch
         if dropped and rank.rank == 0:
             warnings.warn(
                 f"each pass of {length} samples ends with {dropped} samples that do "
@@ -114,7 +138,8 @@ class StreamLoader:
         self.close()
 
     def __len__(self) -> int:
-        """Batches per full pass for this rank.
+        """Batches per full pass for this rank (an evaluation loader: its padded last one
+        included).
 
         Raises:
             TypeError: an endless mixture (no ``num_samples``) has no length.
@@ -248,7 +273,7 @@ class StreamLoader:
     def _batch_bytes(self) -> int:
         """Upper bound of one batch's tensors in bytes (inputs, labels, index, masks)."""
         b, length = self.rank.batch_size, self.stream.seq_len
-        size = 16 * b * length + 16 * b  # input_ids, labels; sample_index, source_ids
+        size = 16 * b * length + 17 * b  # input_ids, labels; sample_index, source_ids, mask
         if self.stream.config.packing.masks:
             size += 16 * b * length + 4 * b * (length + 1) + 4 * b
         return size + 64 * 8  # alignment of up to 8 tensors
@@ -333,8 +358,17 @@ def build_loader(
     num_workers: int = 0,
     mesh: Any | None = None,
     options: LoaderOptions | None = None,
+    split: str | None = None,
+    shuffle: bool | None = None,
 ) -> StreamLoader:
     """Build this rank's loader from a config file, mapping or :class:`DataConfig`.
+
+    With ``split`` it is an **evaluation loader** over that split (docs/sampling.md,
+    "Evaluation"): one pass is every sample of the split once (concat, packed, padded: each
+    source's split in config order, ``num_samples`` and weights aside; megatron: Megatron's
+    dataset of that split), in storage order unless ``shuffle=True``, and the last global
+    batch is kept: its rows past the pass end are padding, marked ``sample_mask`` false,
+    ``sample_index`` -1, labels -100. Each further ``iter()`` walks the same pass again.
 
     Args:
         config: TOML/YAML/JSON path, mapping, or DataConfig.
@@ -344,16 +378,21 @@ def build_loader(
         num_workers: Loader workers.
         mesh: 1-D data-parallel ``DeviceMesh`` (e.g. ``mesh["dp"]``).
         options: Worker type, prefetch, pinning, chunk size.
+        split: ``"train"``, ``"valid"`` or ``"test"``: an evaluation loader over that split
+            of ``sampling.split`` (``None``: the training loader of the config's
+            ``split_name``).
+        shuffle: Evaluation loaders only: visit the split in its first epoch's keyed
+            permutation instead of storage order (not in megatron mode).
 
     Raises:
         ConfigError: invalid config or arguments.
         FormatError: a shard is corrupt or unreadable as configured.
     """
-    cfg = load_config(config)
+    cfg = evaluation_config(load_config(config), split, shuffle)
     r, w = resolve_data_parallel(rank, world_size, mesh)
     opts = check_loader_args(  # before any listing, header read or worker start
         cfg, batch_size=batch_size, rank=r, world_size=w, num_workers=num_workers, options=options
     )
     spec = RankSpec(r, w, batch_size)
-    stream = SampleStream.from_config(cfg)
-    return StreamLoader(stream, spec, num_workers, opts)
+    kind: type[SampleStream] = SampleStream if split is None else EvaluationStream
+    return StreamLoader(kind.from_config(cfg), spec, num_workers, opts)

@@ -1,4 +1,5 @@
-"""``streamload plan``: the realized mixture per phase and per source epoch, from the plan alone."""
+"""``streamload plan``: the realized mixture per phase and per source epoch, from the plan alone;
+each source's split bounds; packed/padded modes: what an epoch holds."""
 
 from __future__ import annotations
 
@@ -9,19 +10,24 @@ from typing import Any
 import numpy as np
 
 from streamload.config import load_config
+from streamload.errors import ConfigError
 from streamload.streams.interface import SampleStream
-from streamload.tools.report import batch_source_counts, mixture_report
+from streamload.tools.report import batch_source_counts, mixture_report, split_report
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
     """Register the subcommand."""
-    p = sub.add_parser("plan", help="show the realized mixture of the first N steps")
-    p.add_argument(
-        "config", help="TOML/YAML/JSON data config (a mixture; packed/padded: also the packing)"
+    p = sub.add_parser(
+        "plan", help="show the realized mixture of the first N steps, the splits, the packing"
     )
-    p.add_argument("--steps", type=int, required=True, help="global steps to plan")
+    p.add_argument(
+        "config",
+        help="TOML/YAML/JSON data config (a mixture; with sampling.split: each source's split "
+        "bounds; packed/padded: also the packing)",
+    )
+    p.add_argument("--steps", type=int, help="global steps to plan (a mixture's report)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--plot", metavar="FILE.png", help="plot cumulative shares (needs matplotlib)")
     p.set_defaults(run=run)
@@ -31,16 +37,24 @@ def run(args: argparse.Namespace) -> int:
     """Print the report; returns the exit code."""
     stream = SampleStream.from_config(load_config(args.config))
     packing = {s.name: s.packing_report() for s in stream.sources if hasattr(s, "packing_report")}
-    # packed and padded modes: what an epoch of each source holds (any config); the mixture
-    # part needs a mixture
+    # packed and padded modes: what an epoch of each source holds; a split: where each
+    # source's splits lie (any config); the mixture part needs a mixture
     report: dict[str, Any] = {"packing": packing} if packing else {}
-    if stream.is_mixture or not packing:
+    splits = split_report(stream)
+    if splits:
+        report["splits"] = splits
+    if stream.is_mixture or not report:
+        if args.steps is None:
+            raise ConfigError(
+                "streamload plan: --steps N is required for a mixture's report (global steps "
+                "to plan)"
+            )
         report.update(mixture_report(stream, args.steps))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         _print(report)
-    if args.plot and stream.is_mixture:
+    if args.plot and stream.is_mixture and args.steps is not None:
         _plot(stream, args.steps, args.plot)
     return 0
 
@@ -61,6 +75,8 @@ def _print(report: dict[str, Any]) -> None:
             f"{name}: {info['samples']:,} samples of {info['windows']:,} windows, "
             f"{info['epochs_completed']} epoch(s) completed; epochs start at steps {starts}"
         )
+    for name, info in report.get("splits", {}).items():
+        _print_split(name, info)
     for name, p in report.get("packing", {}).items():
         print(
             f"{name} per epoch: {p['documents']:,} documents -> {p['items']:,} items -> "
@@ -68,6 +84,22 @@ def _print(report: dict[str, Any]) -> None:
             f"{p['data_tokens']:,} data, {p['padding_tokens']:,} padding, "
             f"{p['truncated_tokens']:,} truncated tokens"
         )
+
+
+def _print_split(name: str, info: dict[str, Any]) -> None:
+    docs = info["total_documents"]
+    counted = "documents found by EOS" if docs is None else f"{docs:,} {info['rule']}"
+    print(
+        f"{name}: split {info['split']!r} over {counted} and {info['total_tokens']:,} tokens "
+        f"(this config reads {info['reads']!r})"
+    )
+    for part, bounds in info["parts"].items():
+        tokens = bounds["tokens"]
+        where = f"tokens [{tokens[0]:,}, {tokens[1]:,})"
+        if bounds["documents"] is not None:
+            first, end = bounds["documents"]
+            where = f"{info['rule']} [{first:,}, {end:,}), {where}"
+        print(f"  {part:<6} {where}" + ("  (empty)" if tokens[0] == tokens[1] else ""))
 
 
 def _plot(stream: SampleStream, steps: int, path: str) -> None:

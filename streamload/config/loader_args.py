@@ -55,7 +55,16 @@ PREFETCH_LIMIT = 256
 slot of a chunk's size for each chunk in flight, up front)."""
 CHUNK_BATCHES_LIMIT = 4096
 """Most batches per chunk: a worker holds a whole chunk in memory."""
-LOADER_ARGUMENTS = ("batch_size", "mesh", "num_workers", "options", "rank", "world_size")
+LOADER_ARGUMENTS = (
+    "batch_size",
+    "mesh",
+    "num_workers",
+    "options",
+    "rank",
+    "shuffle",
+    "split",
+    "world_size",
+)
 """``build_loader``'s keyword arguments besides the config."""
 
 

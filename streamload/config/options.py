@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from streamload.config.checks import (
     check_bool,
@@ -26,6 +26,8 @@ __all__ = [
     "PhaseConfig",
     "SamplingConfig",
     "SamplingMode",
+    "SplitName",
+    "evaluation_sampling",
 ]
 
 
@@ -60,14 +62,18 @@ class LongDocuments(str, enum.Enum):
 
 
 class MegatronSplit(str, enum.Enum):
-    """Which part of Megatron's ``split`` a ``megatron``-mode stream reads."""
+    """Which part of ``sampling.split`` a stream reads (every mode; the name is historical)."""
 
     TRAIN = "train"
-    """The first share of every source's sequences."""
+    """The first share of every source's documents (Megatron: sequences)."""
     VALID = "valid"
     """The second share."""
     TEST = "test"
     """The third share."""
+
+
+SplitName = MegatronSplit
+"""The name the other sampling modes use for :class:`MegatronSplit`."""
 
 
 MEGATRON_DEFAULT_SPLIT = "969,30,1"
@@ -102,8 +108,13 @@ class SamplingConfig:
             ``concat`` mode only (documents never span shards).
         long_documents: ``packed``/``padded`` modes: split a document longer than
             ``seq_len + 1`` tokens into pieces, or truncate it.
-        split: ``megatron`` mode: Megatron's ``--split`` (train, valid, test weights).
-        split_name: ``megatron`` mode: the split this stream reads.
+        split: Megatron's ``--split`` (train, valid, test weights), e.g. ``"98,2,0"``: each
+            source's documents are cut into three contiguous ranges
+            (:mod:`streamload.plan.split`, docs/sampling.md). Unset: ``megatron`` mode uses
+            Megatron's default ``"969,30,1"``; the other modes do not split (every document
+            is training data).
+        split_name: The split this stream reads (``train``, ``valid`` or ``test``); other
+            than ``train`` it needs ``split`` in the concat, packed and padded modes.
         add_extra_token: ``megatron`` mode: samples read ``seq_len + 1`` tokens
             (``add_extra_token_to_sequence``).
         drop_last_partial: ``megatron`` mode, valid split only: drop a last sample shorter
@@ -120,7 +131,7 @@ class SamplingConfig:
     num_samples: int | None = None
     cross_shard: bool = True
     long_documents: LongDocuments = LongDocuments.SPLIT
-    split: str = MEGATRON_DEFAULT_SPLIT
+    split: str | None = None
     split_name: MegatronSplit = MegatronSplit.TRAIN
     add_extra_token: bool = True
     drop_last_partial: bool = True
@@ -152,9 +163,12 @@ class SamplingConfig:
                 f"mode = 'packed' or 'padded', but mode = {self.mode.value!r}"
             )
         if self.mode is SamplingMode.MEGATRON:
+            if self.split is None:  # Megatron-LM's default: the Megatron code reads a str
+                object.__setattr__(self, "split", MEGATRON_DEFAULT_SPLIT)
             self._check_megatron()
             return
         self._refuse_megatron_keys()
+        self._check_split()
         if self.cache_dir is not None:
             check_path(self.cache_dir, "sampling.cache_dir")
         if self.mode.whole_documents and not self.cross_shard:
@@ -182,20 +196,7 @@ class SamplingConfig:
                     "shuffles documents and samples with its own RandomState and samples cross "
                     "sequence boundaries; remove it"
                 )
-        if not isinstance(self.split, str):
-            raise ConfigError(
-                f"sampling.split = {show(self.split)} must be a string like '969,30,1'"
-            )
-        import numpy as np  # not at `import streamload`
-
-        from streamload.plan.megatron import parse_split
-
-        with np.errstate(invalid="ignore"):  # a number beyond float range: refused below
-            shares = parse_split(self.split)
-        if not all(math.isfinite(share) for share in shares):
-            raise ConfigError(
-                f"sampling.split = {self.split!r} holds a number too large for a float"
-            )
+        self._split_shares()
         if not self.drop_last_partial and self.split_name is not MegatronSplit.VALID:
             raise ConfigError(
                 f"sampling.drop_last_partial = false applies only to split_name = 'valid' "
@@ -204,10 +205,42 @@ class SamplingConfig:
         if self.cache_dir is not None:
             check_path(self.cache_dir, "sampling.cache_dir")
 
+    @property
+    def megatron_split(self) -> str:
+        """The split string ``megatron`` mode reads (Megatron-LM's default when unset)."""
+        return MEGATRON_DEFAULT_SPLIT if self.split is None else self.split
+
+    def _split_shares(self) -> list[float]:
+        """The normalized (train, valid, test) shares of ``split`` (set), checked."""
+        if not isinstance(self.split, str):
+            raise ConfigError(
+                f"sampling.split = {show(self.split)} must be a string like '969,30,1'"
+            )
+        import numpy as np  # not at `import streamload`
+
+        from streamload.plan.split import parse_split
+
+        with np.errstate(invalid="ignore"):  # a number beyond float range: refused below
+            shares = parse_split(self.split)
+        if not all(math.isfinite(share) for share in shares):
+            raise ConfigError(
+                f"sampling.split = {self.split!r} holds a number too large for a float"
+            )
+        return shares
+
+    def _check_split(self) -> None:
+        """concat, packed, padded: a split is optional (an empty part is refused when a
+        stream reads it: the data decides whether it is empty)."""
+        if self.split is not None:
+            self._split_shares()
+        elif self.split_name is not MegatronSplit.TRAIN:
+            raise ConfigError(
+                f"sampling.split_name = {self.split_name.value!r} needs sampling.split "
+                "(e.g. split = '98,2,0'); without a split every document is training data"
+            )
+
     def _refuse_megatron_keys(self) -> None:
         megatron_only = {
-            "split": (self.split, MEGATRON_DEFAULT_SPLIT),
-            "split_name": (self.split_name, MegatronSplit.TRAIN),
             "add_extra_token": (self.add_extra_token, True),
             "drop_last_partial": (self.drop_last_partial, True),
         }
@@ -223,6 +256,39 @@ class SamplingConfig:
                     f"sampling.{name} = {show(getattr(value, 'value', value))} applies only to "
                     f"mode = 'megatron', but mode = {self.mode.value!r}"
                 )
+
+
+def evaluation_sampling(
+    sampling: SamplingConfig, split: str, shuffle: bool | None = None
+) -> SamplingConfig:
+    """The ``[sampling]`` of an evaluation loader over ``split`` (docs/sampling.md).
+
+    concat, packed, padded: the split's samples once, unshuffled unless ``shuffle`` is true
+    (then each source's first-epoch permutation, ``shuffle_block`` kept); ``num_samples``
+    does not apply (one pass is every sample of the split). megatron: Megatron's dataset of
+    that split, in Megatron's order, ``num_samples`` as configured.
+
+    Args:
+        sampling: The config's sampling options.
+        split: ``train``, ``valid`` or ``test``.
+        shuffle: Shuffle the evaluation order (``None``: no; megatron mode: not allowed).
+
+    Raises:
+        ConfigError: an unknown split name, a split the config does not have, ``shuffle``
+            given in megatron mode or not a bool.
+    """
+    name = to_enum(MegatronSplit, split, "split")
+    if sampling.mode is SamplingMode.MEGATRON:
+        if shuffle is not None:
+            raise ConfigError(
+                f"shuffle = {show(shuffle)} has no meaning with mode = 'megatron': Megatron's "
+                "document and sample shuffles decide the order of its valid and test sets"
+            )
+        return replace(sampling, split_name=name)
+    keep = False if shuffle is None else shuffle
+    check_bool(keep, "shuffle")
+    block = sampling.shuffle_block if keep else 0
+    return replace(sampling, split_name=name, shuffle=keep, shuffle_block=block, num_samples=None)
 
 
 @dataclass(frozen=True, kw_only=True)

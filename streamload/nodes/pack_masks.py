@@ -8,7 +8,7 @@ from torchdata.nodes import BaseNode
 
 from streamload.errors import ConfigError
 from streamload.nodes.map_stage import MapStage
-from streamload.ops.masks import mask_padding, packing_fields, starts_from_eos
+from streamload.ops.masks import mask_padding, mask_untrained, packing_fields, starts_from_eos
 from streamload.ops.megatron_masks import mask_pad, switched_fields
 from streamload.streams.chunks import TokenChunk
 
@@ -21,7 +21,11 @@ class MaskPacker:
     Keys: ``input_ids``, ``labels`` (int64 ``[K, b, L]``), ``sample_index`` (int64 ``[K, b]``,
     pass-relative), ``source_ids`` (int64 ``[K, b]``: each sample's source, an index into the
     config's sources), and with masks ``doc_ids``, ``position_ids``, ``cu_seqlens``, ``max_seqlen``
-    (see :mod:`streamload.ops.masks`).
+    (see :mod:`streamload.ops.masks`). A label is ``-100`` where it is padding, where the
+    data's loss mask says its token is not trained (``TokenChunk.loss_mask``), and with masks
+    where it belongs to the next document. Evaluation chunks (``ChunkPlan.padding`` set) add
+    ``sample_mask`` (bool ``[K, b]``, false on a padding row, whose ``sample_index`` is -1 and
+    labels all -100).
 
     Args:
         masks: Whether to add packing masks.
@@ -49,6 +53,8 @@ class MaskPacker:
             mask_pad(arrays["input_ids"], arrays["labels"])  # Megatron's pad (-1)
         if chunk.lengths is not None:  # a label that is padding is not predicted
             mask_padding(arrays["labels"], chunk.lengths)
+        if chunk.loss_mask is not None:  # the data's own mask: an untrained label token
+            mask_untrained(arrays["labels"], chunk.loss_mask)
         if self.masks:
             starts = chunk.doc_starts
             if starts is None:
@@ -65,6 +71,11 @@ class MaskPacker:
         }
         out["sample_index"] = torch.from_numpy(np.ascontiguousarray(chunk.plan.sample_ids))
         out["source_ids"] = torch.from_numpy(chunk.plan.sources.astype(np.int64))
+        padding = chunk.plan.padding  # evaluation loaders: rows past the pass end
+        if padding is not None:  # sample_mask [K, b]: false on a padding row, which adds no loss
+            out["sample_mask"] = torch.from_numpy(~padding)
+            out["sample_index"] = torch.from_numpy(np.where(padding, -1, chunk.plan.sample_ids))
+            out["labels"][out["sample_mask"].logical_not()] = -100  # ops.masks.IGNORE_INDEX
         return out
 
 

@@ -21,7 +21,8 @@ class PlanChunks(BaseNode[ChunkPlan]):
 
     Chunks start small and double up to ``chunk_batches`` (1, 2, 4, …) so the first batch
     arrives quickly after a start or a restore. A pass ends with its last whole global batch
-    (the partial remainder is dropped), or when
+    (the partial remainder is dropped; an evaluation stream instead plans it padded,
+    :mod:`streamload.streams.evaluation`), or when
     a mixture source's policy runs out. For remote sources the windows of the next
     ``storage.prefetch_batches`` batches are fetched ahead
     (:class:`~streamload.nodes.lookahead.Lookahead`); that never changes what is planned.

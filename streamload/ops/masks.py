@@ -28,6 +28,7 @@ import numpy as np
 __all__ = [
     "IGNORE_INDEX",
     "mask_padding",
+    "mask_untrained",
     "packing_fields",
     "starts_from_eos",
     "starts_from_offsets",
@@ -80,6 +81,17 @@ def mask_padding(labels: np.ndarray, lengths: np.ndarray) -> None:
     rows = np.flatnonzero(first < width)
     for row, column in zip(rows.tolist(), np.maximum(first[rows], 0).tolist(), strict=True):
         labels[row, column:] = IGNORE_INDEX
+
+
+def mask_untrained(labels: np.ndarray, loss_mask: np.ndarray) -> None:
+    """Set ``labels[i, t] = -100`` where the data's loss mask says token ``t + 1`` is not
+    trained, ``loss_mask[i, t + 1] == 0`` (labels int64 ``[n, L]``, in place; ``loss_mask``
+    ``[n, L + 1]``, nonzero = trained: OLMo-core's ``labels_mask``, datatrove's ``.ds.loss``).
+
+    Trace, L = 4, labels ``[[5, 6, 7, 8]]``, loss_mask ``[[0, 0, 1, 1, 0]]`` (a prompt of two
+    tokens, then a trained answer, then an untrained token) → ``[[-100, 6, 7, -100]]``.
+    """
+    labels[loss_mask[:, 1:] == 0] = IGNORE_INDEX
 
 
 def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:

@@ -33,14 +33,14 @@ the last row is ``(1, 9 - 1 - 5) = (1, 3)``. The shuffle index then swaps the tw
 
 from __future__ import annotations
 
-import itertools
-import re
-from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from streamload.errors import ConfigError
+
+# The split functions live in plan/split.py (every sampling mode splits); kept importable here.
+from streamload.plan.split import parse_split, split_matrix, split_ranges
 
 __all__ = [
     "SEPARATE_LAST_EPOCH_THRESHOLD",
@@ -71,63 +71,6 @@ class GPTIndices(NamedTuple):
     document_index: np.ndarray
     sample_index: np.ndarray
     shuffle_index: np.ndarray
-
-
-def _normalize(values: Sequence[float]) -> list[float]:
-    """megatron ``utils.normalize``: float64 ``w / numpy.sum(w)`` back to Python floats."""
-    array = np.asarray(values, dtype=np.float64)
-    return (array / np.sum(array)).tolist()
-
-
-def parse_split(split: str) -> list[float]:
-    """Parse a split string like ``"969,30,1"`` into 3 normalized floats (train, valid, test).
-
-    Numbers are found with the regex ``[.0-9]+`` (any separator), padded with zeros to three
-    and normalized, as megatron's ``parse_and_normalize_split``.
-
-    Raises:
-        ConfigError: more than three numbers, or none of them positive.
-    """
-    try:
-        parts = [float(p) for p in re.findall(r"[.0-9]+", split)]
-    except ValueError as exc:
-        raise ConfigError(f"split {split!r}: {exc}") from None
-    if len(parts) > 3 or not any(p > 0 for p in parts):
-        raise ConfigError(
-            f"split {split!r}: expected up to 3 non-negative weights (train, valid, test) "
-            "with a positive sum"
-        )
-    return _normalize(parts + [0.0] * (3 - len(parts)))
-
-
-def split_matrix(split: str | Sequence[float]) -> list[tuple[float, float] | None]:
-    """The split's bookends ``[(0, c1), (c1, c2), (c2, c3)]``; a zero-width split is ``None``.
-
-    The cumulative sums start from the int ``0`` and add Python floats in order, as megatron's
-    ``convert_split_vector_to_split_matrix``.
-    """
-    vector = parse_split(split) if isinstance(split, str) else [float(v) for v in split]
-    bounds: list[float] = [0]
-    for value in vector:
-        bounds.append(bounds[-1] + value)
-    return [(a, b) if b > a else None for a, b in itertools.pairwise(bounds)]
-
-
-def split_ranges(split: str | Sequence[float], num_sequences: int) -> list[tuple[int, int] | None]:
-    """Sequence id ranges ``[begin, end)`` of the train/valid/test splits (``None``: empty).
-
-    ``begin = int(round(c_i * float(num_sequences)))`` (Python round-half-even); the split's
-    ``indices`` are ``numpy.arange(begin, end, dtype=numpy.int32)``.
-    """
-    return [
-        None
-        if bookend is None
-        else (
-            round(bookend[0] * float(num_sequences)),
-            round(bookend[1] * float(num_sequences)),
-        )
-        for bookend in split_matrix(split)
-    ]
 
 
 def num_epochs(tokens_per_epoch: int, num_samples: int | None, seq_len: int, extra: int) -> int:

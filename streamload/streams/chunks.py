@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-__all__ = ["ChunkPlan", "TokenChunk"]
+__all__ = ["ChunkPlan", "TokenChunk", "new_loss_mask", "source_window_starts"]
 
 
 @dataclass(frozen=True)
@@ -18,12 +20,16 @@ class ChunkPlan:
         sample_ids: Pass-relative global sample ids, int64 ``[batches, batch_size]``.
         sources: Source index of each sample, int16, same shape.
         local_ids: Each sample's index in its source's own sequence, int64, same shape.
+        padding: Evaluation loaders only (``None`` elsewhere): bool, same shape, true for a
+            row past the end of the pass, which repeats a real sample (its ids above) and
+            is delivered with ``sample_mask`` false, ``sample_index`` -1 and labels -100.
     """
 
     pass_index: int
     sample_ids: np.ndarray
     sources: np.ndarray
     local_ids: np.ndarray
+    padding: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,9 @@ class TokenChunk:
             unreadable; their tokens are zeros), int64 row indices into ``tokens``.
         lengths: Tokens of each row that are data, int64 ``[batches * batch_size]``; the rest
             of the row is padding (packed and padded modes). ``None``: every token is data.
+        loss_mask: Per-token loss flags from the sources' mask files, uint8 like ``tokens``'
+            shape (nonzero: the token is trained as a label; rows of sources without masks
+            are all ones); ``None`` when no source has a mask.
     """
 
     plan: ChunkPlan
@@ -48,3 +57,22 @@ class TokenChunk:
     doc_starts: np.ndarray | None = None
     skipped_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     lengths: np.ndarray | None = None
+    loss_mask: np.ndarray | None = None
+
+
+def new_loss_mask(sources: Sequence[Any], shape: tuple[int, ...]) -> np.ndarray | None:
+    """An all-trained loss-mask block of ``shape`` to fill, when any of ``sources`` (each
+    with a ``loss_masks`` shard set or ``None``) has masks; else ``None``."""
+    if all(getattr(s, "loss_masks", None) is None for s in sources):
+        return None
+    return np.ones(shape, dtype=np.uint8)
+
+
+def source_window_starts(sources: Sequence[Any], src: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """Where each sample's tokens start in its source: ``sources[src[i]].window_starts(
+    local[i])``, one call per source present (any shape)."""
+    out = np.empty(src.shape, dtype=np.int64)
+    for index in np.unique(src).tolist():
+        where = src == index
+        out[where] = sources[index].window_starts(local[where])
+    return out

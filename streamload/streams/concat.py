@@ -33,7 +33,13 @@ from streamload.plan.mixture import (
 from streamload.plan.partition import chunk_sample_ids, num_batches, rank_share
 from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
-from streamload.streams.chunks import ChunkPlan, TokenChunk
+from streamload.plan.split import split_matrix
+from streamload.streams.chunks import (
+    ChunkPlan,
+    TokenChunk,
+    new_loss_mask,
+    source_window_starts,
+)
 from streamload.streams.concat_source import ConcatSource
 from streamload.streams.cursor import StreamCursor
 
@@ -178,13 +184,16 @@ class ConcatStream:
         tokens = np.empty((src.shape[0], self.seq_len + 1), dtype=dtype)
         starts = np.empty(src.shape[0], dtype=np.int64)
         doc_starts = np.zeros(tokens.shape, dtype=bool) if documents else None
+        loss_mask = new_loss_mask(self.sources, tokens.shape)
         for index in np.unique(src).tolist():
             rows = np.flatnonzero(src == index)
             source = self.sources[index]
             tokens[rows], starts[rows] = source.read(local[rows])
             if doc_starts is not None:
                 doc_starts[rows] = self._doc_starts(source, tokens[rows], starts[rows])
-        return TokenChunk(plan, tokens, starts, doc_starts)
+            if loss_mask is not None and source.loss_masks is not None:
+                loss_mask[rows] = source.read_loss_mask(starts[rows])
+        return TokenChunk(plan, tokens, starts, doc_starts, loss_mask=loss_mask)
 
     def _doc_starts(
         self, source: ConcatSource, tokens: np.ndarray, starts: np.ndarray
@@ -216,11 +225,7 @@ class ConcatStream:
     def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
         """Stream offsets (in their sources) of the windows of pass-relative sample ids."""
         src, local = self.locate(pass_index, samples)
-        out = np.empty(src.shape, dtype=np.int64)
-        for index in np.unique(src).tolist():
-            where = src == index
-            out[where] = self.sources[index].window_starts(local[where])
-        return out
+        return source_window_starts(self.sources, src, local)
 
     def read(self, pass_index: int, samples: Any) -> tuple[np.ndarray, np.ndarray]:
         """Tokens ``[n, seq_len + 1]`` and window offsets of pass-relative sample ids."""
@@ -265,6 +270,9 @@ class ConcatStream:
         }
         if sampling.shuffle_block:  # only when set: states saved before it existed still load
             out["shuffle_block"] = sampling.shuffle_block
+        if sampling.split is not None:  # only when set: states of unsplit streams still load
+            out["split"] = [None if b is None else list(b) for b in split_matrix(sampling.split)]
+            out["split_name"] = sampling.split_name.value
         if self.is_mixture:
             # Phases used by a delivered batch (the last one is step - 1): a phase may still be
             # added at the very step where the state was saved.

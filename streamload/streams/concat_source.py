@@ -17,7 +17,8 @@ from streamload.errors import ConfigError, FormatError
 from streamload.formats.registry import get_format
 from streamload.plan.passes import PassPlan
 from streamload.plan.windows import WindowLayout
-from streamload.streams.shard_set import ShardSet
+from streamload.streams.shard_set import ShardSet, loss_mask_set
+from streamload.streams.source_split import source_split
 
 __all__ = ["ConcatSource"]
 
@@ -36,8 +37,10 @@ class ConcatSource:
 
     def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
         self._bind(config, catalog)
+        self.split = source_split(config, catalog, self.shards)  # None: no split is set
         counts = np.array([s.num_tokens for s in catalog.shards], dtype=np.int64)
-        self.layout = WindowLayout(counts, config.seq_len, config.sampling.cross_shard)
+        span = None if self.split is None else self.split.span
+        self.layout = WindowLayout(counts, config.seq_len, config.sampling.cross_shard, span)
         self._check()
         self.order = PassPlan(
             name=self.name,
@@ -55,6 +58,7 @@ class ConcatSource:
         self.name = catalog.config.name
         self.seq_len = config.seq_len
         self.shards = ShardSet(catalog.shards, config.storage)
+        self.loss_masks = loss_mask_set(catalog.shards, config.storage)
 
     @property
     def num_windows(self) -> int:
@@ -87,7 +91,10 @@ class ConcatSource:
         """Start fetching the windows of source-local samples from remote shards (the
         planner's lookahead, :mod:`streamload.nodes.lookahead`); a no-op for local shards."""
         if self.shards.remote:
-            self.shards.prefetch(self.window_starts(local), self.seq_len + 1)
+            starts = self.window_starts(local)
+            self.shards.prefetch(starts, self.seq_len + 1)
+            if self.loss_masks is not None:
+                self.loss_masks.prefetch(starts, self.seq_len + 1)
 
     def read(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens ``[n, seq_len + 1]`` (file dtype) and window stream offsets ``[n]``."""
@@ -96,6 +103,14 @@ class ConcatSource:
         self.shards.gather(starts, tokens)
         self.check_tokens(tokens, starts)
         return tokens, starts
+
+    def read_loss_mask(self, starts: np.ndarray) -> np.ndarray | None:
+        """Loss flags ``[n, seq_len + 1]`` (uint8, nonzero = trained) of the windows at stream
+        offsets ``starts``, from the shards' mask files; ``None`` when the source has none."""
+        if self.loss_masks is None:
+            return None
+        out = np.empty((starts.shape[0], self.seq_len + 1), dtype=np.uint8)
+        return self.loss_masks.gather(starts, out)
 
     def document_starts(self, starts: np.ndarray) -> np.ndarray:
         """Document starts ``[n, seq_len + 1]`` from the format's index."""
@@ -137,10 +152,14 @@ class ConcatSource:
         name, cfg = self.name, self.config
         if self.layout.num_windows == 0:
             where = "any single shard" if not cfg.sampling.cross_shard else "the source"
+            held = f"{self.catalog.num_tokens} tokens in {len(self.catalog.shards)} shards"
+            if self.split is not None:
+                lo, hi = self.split.span
+                where = f"the {self.split.name} split of {where}"
+                held = f"tokens [{lo}, {hi}) of {held}, split = {self.split.split!r}"
             raise ConfigError(
                 f"source {name!r}: {where} holds fewer than seq_len + 1 = {cfg.seq_len + 1} "
-                f"tokens ({self.catalog.num_tokens} tokens in {len(self.catalog.shards)} shards); "
-                "lower seq_len or add data"
+                f"tokens ({held}); lower seq_len or add data"
             )
         top = np.iinfo(self.shards.dtype).max
         first = self.catalog.shards[0].path

@@ -27,7 +27,7 @@ from streamload.plan.megatron import GPTIndices, split_matrix
 from streamload.plan.megatron_layout import megatron_layout
 from streamload.plan.mixture import Phase
 from streamload.plan.partition import chunk_sample_ids, num_batches
-from streamload.streams.chunks import ChunkPlan, TokenChunk
+from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.megatron_indices import ALGORITHM, GPT_FIELDS, load_indices
 from streamload.streams.megatron_source import PAD_TOKEN, MegatronSource
@@ -61,7 +61,7 @@ class MegatronStream:
         self.layout = megatron_layout(
             [s.num_sequences for s in self.sources],
             weights,
-            sampling.split,
+            sampling.megatron_split,
             sampling.split_name.value,
             sampling.num_samples,
         )
@@ -164,23 +164,28 @@ class MegatronStream:
         ``documents`` is ignored: masks find documents by EOD, as Megatron does.
         """
         ids = plan.sample_ids.ravel()
-        text, skipped = self._text(plan.sources.ravel(), plan.local_ids.ravel(), ids)
+        text, skipped, loss_mask = self._text(plan.sources.ravel(), plan.local_ids.ravel(), ids)
         if not self.extra:  # the rolled label past the end is Megatron's pad
             pad = np.full((text.shape[0], 1), PAD_TOKEN, dtype=np.int64)
             text = np.concatenate([text.astype(np.int64), pad], axis=1)
-        return TokenChunk(plan, text, ids.astype(np.int64), None, skipped)
+            if loss_mask is not None:
+                loss_mask = np.concatenate([loss_mask, np.zeros_like(pad, np.uint8)], axis=1)
+        return TokenChunk(plan, text, ids.astype(np.int64), None, skipped, loss_mask=loss_mask)
 
     def _text(
         self, src: np.ndarray, local: np.ndarray, ids: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of samples ``local`` of sources ``src``, and the rows skipped under
-        ``on_error = "skip"`` (zeros)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The rows of samples ``local`` of sources ``src``, the rows skipped under
+        ``on_error = "skip"`` (zeros), and the rows' loss flags (``None``: no masks)."""
         width = self.seq_len + self.extra
         rows = {d: np.flatnonzero(src == d) for d in np.unique(src).tolist()}
         parts, skipped = {}, [np.zeros(0, dtype=np.int64)]
+        loss_mask = new_loss_mask(self.sources, (src.shape[0], width))
         for d, r in rows.items():
-            parts[d], _, bad = self.sources[d].read(local[r], width)
+            parts[d], _, bad, mask = self.sources[d].read(local[r], width)
             skipped.append(r[bad])
+            if loss_mask is not None and mask is not None:
+                loss_mask[r] = mask
         if len(parts) == 1:
             out = next(iter(parts.values()))
         else:
@@ -189,7 +194,7 @@ class MegatronStream:
             for d, part in parts.items():
                 out[rows[d]] = part
         self._check_tokens(out, ids)
-        return out, np.sort(np.concatenate(skipped))
+        return out, np.sort(np.concatenate(skipped)), loss_mask
 
     def _check_tokens(self, text: np.ndarray, ids: np.ndarray) -> None:
         vocab = self.config.vocab_size
@@ -247,7 +252,7 @@ class MegatronStream:
             "seq_len": self.seq_len,
             "seed": self.config.seed,
             "num_samples": s.num_samples,
-            "split": [None if b is None else list(b) for b in split_matrix(s.split)],
+            "split": [None if b is None else list(b) for b in split_matrix(s.megatron_split)],
             "split_name": s.split_name.value,
             "add_extra_token": s.add_extra_token,
             "drop_last_partial": s.drop_last_partial,

@@ -181,7 +181,7 @@ def _megatron_core(
     source, spec, s = sources[d], layout.datasets[d], config.sampling
     if s.cache_dir is None or source.prefix is None:
         return None
-    matrix = [None if b is None else list(b) for b in split_matrix(s.split)]
+    matrix = [None if b is None else list(b) for b in split_matrix(s.megatron_split)]
     identifiers = {
         "dataset_path": source.prefix,
         "num_samples": spec.num_samples,

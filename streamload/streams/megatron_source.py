@@ -23,7 +23,7 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog
 from streamload.errors import ConfigError, FormatError, RemoteReadError
 from streamload.plan.megatron import GPTIndices
-from streamload.streams.shard_set import ShardSet, skip_unreadable
+from streamload.streams.shard_set import ShardSet, loss_mask_set, skip_unreadable
 
 __all__ = ["PAD_TOKEN", "MegatronSource"]
 
@@ -42,6 +42,7 @@ class MegatronSource:
         self.catalog = catalog
         self.name = catalog.config.name
         self.shards = ShardSet(catalog.shards)
+        self.loss_masks = loss_mask_set(catalog.shards)
         jsonl = [s.path for s in catalog.shards if s.format == "jsonl"]
         if jsonl:
             raise ConfigError(
@@ -95,9 +96,13 @@ class MegatronSource:
         self.extra = extra
         self.num_windows = max(1, (tokens_per_epoch - extra) // seq_len)
 
-    def read(self, local: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The ``text`` of GPTDataset samples ``local``, ``[n, width]``, each row's length, and
-        the rows skipped under ``on_error = "skip"`` (zeros; int64 row indices).
+    def read(
+        self, local: np.ndarray, width: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """The ``text`` of GPTDataset samples ``local``, ``[n, width]``, each row's length,
+        the rows skipped under ``on_error = "skip"`` (zeros; int64 row indices), and the
+        loss flags of the text from the shards' mask files (uint8 ``[n, width]``, 0 over
+        Megatron's pad; ``None`` when the source has none).
 
         Rows shorter than ``width`` (the padded last sample) are filled with
         :data:`PAD_TOKEN`; the array is int64 then, else the shards' dtype.
@@ -113,9 +118,8 @@ class MegatronSource:
         target = np.repeat(row * width + in_row, size) + step
         padded = bool((lengths < width).any())
         out = np.full((n, width), PAD_TOKEN, np.int64) if padded else None
-        flat, failed, culprit = self._gather(
-            source, np.repeat(self.shard_of_sequence[sequence], size)
-        )
+        shard_ids = np.repeat(self.shard_of_sequence[sequence], size)
+        flat, failed, culprit = self._gather(self.shards, source, shard_ids)
         if out is None:
             out = flat.reshape(n, width)
         else:
@@ -124,7 +128,11 @@ class MegatronSource:
         if failed is not None and culprit is not None:
             skipped = np.unique(np.repeat(row, size)[failed])
             out[skipped] = 0  # counted by the loader when their batch is delivered
-        return out, lengths, skipped
+        loss_mask = None
+        if self.loss_masks is not None:  # the same pieces of the mask files; pad: untrained
+            loss_mask = np.zeros((n, width), dtype=np.uint8)
+            loss_mask.reshape(-1)[target] = self._gather(self.loss_masks, source, shard_ids)[0]
+        return out, lengths, skipped, loss_mask
 
     def _pieces(self, local: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per sample its piece count; per piece (one per document-index position the sample
@@ -162,12 +170,11 @@ class MegatronSource:
         self.shards.prefetch_pieces(shard_ids, begin, size)
 
     def _gather(
-        self, offsets: np.ndarray, shard_ids: np.ndarray
+        self, shards: ShardSet, offsets: np.ndarray, shard_ids: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray | None, int | None]:
-        """Tokens at source stream offsets (pieces never cross shards); under ``on_error =
-        "skip"`` also which of them stayed unreadable (zeros) and the first shard that failed
-        (else ``None, None``)."""
-        shards = self.shards
+        """Values of ``shards`` (the tokens, or their loss masks) at source stream offsets
+        (pieces never cross shards); under ``on_error = "skip"`` also which of them stayed
+        unreadable (zeros) and the first shard that failed (else ``None, None``)."""
         out = np.empty(offsets.shape[0], dtype=shards.dtype)
         failed: np.ndarray | None = None
         culprit: int | None = None

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from streamload.plan.packing import ALGORITHM, GROUP_SIZE
-from streamload.streams.chunks import ChunkPlan, TokenChunk
+from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask
 from streamload.streams.concat import ConcatStream
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.packed_source import PackedSource
@@ -52,6 +52,7 @@ class PackedStream(ConcatStream):
         lengths = np.empty(src.shape[0], dtype=np.int64)
         doc_starts = np.zeros(tokens.shape, dtype=bool) if documents else None
         skipped = np.zeros(src.shape[0], dtype=bool)
+        loss_mask = new_loss_mask(self.sources, tokens.shape)
         for index in np.unique(src).tolist():
             rows = np.flatnonzero(src == index)
             block = self.sources[index].read_rows(local[rows])
@@ -59,6 +60,8 @@ class PackedStream(ConcatStream):
             if doc_starts is not None:
                 doc_starts[rows] = block[3]
             skipped[rows] = block[4]
+            if loss_mask is not None and block[5] is not None:
+                loss_mask[rows] = block[5]
         return TokenChunk(
             plan,
             tokens,
@@ -66,6 +69,7 @@ class PackedStream(ConcatStream):
             doc_starts,
             skipped_rows=np.flatnonzero(skipped),
             lengths=lengths,
+            loss_mask=loss_mask,
         )
 
     def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:

@@ -12,9 +12,10 @@ the page cache, never copied into the process (mapped; process workers map the s
 The cache key (:func:`plan_description`) names every input of the plan: each token file (its
 path, bytes, tokens, dtype, and the listed version of it and of its index file: a remote
 object's ETag or generation, a local file's modification time, as the catalog records them),
-``seq_len``, the mode, ``long_documents``, the EOS that finds documents of index-less files, and the
-packing rule (:data:`streamload.plan.packing.ALGORITHM`, group size). Seed and shuffle are
-not inputs: each epoch permutes the same samples. The folder is ``sampling.cache_dir``, else
+``seq_len``, the mode, ``long_documents``, the EOS that finds documents of index-less files,
+the split's token range (with a split) and the packing rule
+(:data:`streamload.plan.packing.ALGORITHM`, group size). Seed and shuffle are not inputs: each
+epoch permutes the same samples. The folder is ``sampling.cache_dir``, else
 ``<storage cache folder>/plans`` (:attr:`streamload.config.StorageConfig.cache_root`); a
 default folder that cannot be written only costs a build per start-up (with a warning), an
 explicit one is an error. One process per folder builds, the others wait and map its files
@@ -145,8 +146,11 @@ def _plain(array: np.ndarray) -> np.ndarray:
     return np.asarray(array)
 
 
-def plan_description(config: DataConfig, catalog: SourceCatalog) -> dict[str, Any]:
-    """Every input of a source's plan (its cache key): the files, seq_len and packing rule."""
+def plan_description(
+    config: DataConfig, catalog: SourceCatalog, span: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """Every input of a source's plan (its cache key): the files, seq_len, packing rule and,
+    with a split, the split's token range (only then: keys of unsplit plans are unchanged)."""
     digest = hashlib.sha256()
     for info in catalog.shards:
         digest.update((json.dumps(_shard_identity(info)) + "\n").encode())
@@ -163,7 +167,7 @@ def plan_description(config: DataConfig, catalog: SourceCatalog) -> dict[str, An
         "source": catalog.config.name,
         "shards": len(catalog.shards),
         "files_sha256": digest.hexdigest(),
-    }
+    } | ({} if span is None else {"split_tokens": [int(span[0]), int(span[1])]})
 
 
 def _shard_identity(info: ShardInfo) -> list[Any]:
@@ -201,10 +205,13 @@ def build_plan_arrays(items: ItemPlan, mode: SamplingMode, seq_len: int) -> dict
 
 
 def load_plan(
-    config: DataConfig, catalog: SourceCatalog, document_bounds: Callable[[], np.ndarray]
+    config: DataConfig,
+    catalog: SourceCatalog,
+    document_bounds: Callable[[], np.ndarray],
+    span: tuple[int, int] | None = None,
 ) -> PackedPlan:
     """The source's plan: mapped from the cache, or built from ``document_bounds()`` (int64
-    stream offsets of its documents) and cached.
+    stream offsets of its documents: with a split, those inside ``span``) and cached.
 
     Raises:
         ConfigError: an explicit ``sampling.cache_dir`` is unusable, or the source holds no
@@ -236,7 +243,7 @@ def load_plan(
             stacklevel=4,
         )
         return PackedPlan.from_arrays(build(), None)
-    description = plan_description(config, catalog)
+    description = plan_description(config, catalog, span)
     folder = config.sampling.cache_dir
     if folder is not None:
         return PackedPlan.from_arrays(*load_or_build(folder, description, build, PACKING, False))

@@ -25,13 +25,17 @@ from streamload.formats.registry import get_format
 from streamload.plan.passes import PassPlan
 from streamload.streams.concat_source import ConcatSource
 from streamload.streams.packed_plan import load_plan
+from streamload.streams.shard_set import ShardSet
+from streamload.streams.source_split import source_split
 
 __all__ = ["PackedSource", "RowBlock"]
 
-RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+RowBlock = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]
 """``(tokens [n, seq_len + 1], first item start [n], data length [n], document starts
-[n, seq_len + 1] bool, skipped [n] bool)`` of a block of samples; a row is skipped when one
-of its items stayed unreadable under ``on_error = "skip"`` (its tokens are zeros)."""
+[n, seq_len + 1] bool, skipped [n] bool, loss mask [n, seq_len + 1] uint8 or None)`` of a
+block of samples; a row is skipped when one of its items stayed unreadable under
+``on_error = "skip"`` (its tokens are zeros); the loss mask (the shards' mask files, zero
+over the padding) is ``None`` when the source has none."""
 
 _MIN_READ = 64
 """Narrowest read: items are read in width classes 64, 128, … ``seq_len + 1`` tokens."""
@@ -60,7 +64,8 @@ class PackedSource(ConcatSource):
                 f"pad_token_id = {self.pad_token_id} does not fit source {self.name!r}'s "
                 f"token dtype {self.shards.dtype.name}; pick a pad id the dtype holds"
             )
-        self.plan = load_plan(config, catalog, self._document_bounds)
+        self.split = source_split(config, catalog, self.shards)  # None: no split is set
+        self.plan = load_plan(config, catalog, self._document_bounds, self._span)
         self.order = PassPlan(
             name=self.name,
             num_windows=self.plan.num_samples,
@@ -116,7 +121,8 @@ class PackedSource(ConcatSource):
         }
 
     def _document_bounds(self) -> np.ndarray:
-        """Stream offsets of every document of the source, shard by shard (int64 ``[d + 1]``)."""
+        """Stream offsets of every document of the source, shard by shard (int64 ``[d + 1]``);
+        with a split, those of the split's documents only."""
         eos = self.config.eos_token_id
         if eos is None and not all(get_format(s.format).has_documents for s in self.catalog.shards):
             raise ConfigError(
@@ -127,7 +133,16 @@ class PackedSource(ConcatSource):
         for index in range(len(self.catalog.shards)):
             bounds = np.asarray(document_bounds(self.shards.shard(index), eos), dtype=np.int64)
             parts.append(bounds[1:] + self.shards.offsets[index])
-        return np.concatenate(parts)
+        bounds = np.concatenate(parts)
+        if self._span is None:
+            return bounds
+        lo, hi = self._span  # both are document starts: the split's documents, whole
+        return bounds[np.searchsorted(bounds, lo, "left") : np.searchsorted(bounds, hi, "right")]
+
+    @property
+    def _span(self) -> tuple[int, int] | None:
+        """The token range of the split this stream reads (``None``: no split is set)."""
+        return None if self.split is None else self.split.span
 
     def _items_of(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Items of the samples at source-local indices: ``(row of each item, item ids,
@@ -155,6 +170,8 @@ class PackedSource(ConcatSource):
             _, items, _ = self._items_of(local)
             for _, begin, read in self._reads(items):  # the very ranges read_rows gathers
                 self.shards.prefetch(begin, read)
+                if self.loss_masks is not None:
+                    self.loss_masks.prefetch(begin, read)
 
     def read(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens ``[n, seq_len + 1]`` (padded) and each sample's first item offset ``[n]``."""
@@ -168,7 +185,12 @@ class PackedSource(ConcatSource):
         n, width = np.asarray(local).size, self.seq_len + 1
         tokens = np.full((n, width), self.pad_token_id, dtype=self.shards.dtype)
         lengths = self.plan.lengths[items].astype(np.int64)
-        unread = self._gather_items(items, rows, positions, tokens)
+        unread = self._gather_items(self.shards, items, rows, positions, tokens)
+        self._check_items(items, rows, positions, tokens)
+        loss_mask = None
+        if self.loss_masks is not None:
+            loss_mask = np.zeros((n, width), dtype=np.uint8)
+            self._gather_items(self.loss_masks, items, rows, positions, loss_mask)
         data = np.bincount(rows, lengths, n).astype(np.int64)
         doc_starts = np.zeros((n, width), dtype=bool)
         doc_starts[rows, positions] = True
@@ -176,7 +198,7 @@ class PackedSource(ConcatSource):
         doc_starts[padded, data[padded]] = True  # the padding is the row's last segment
         skipped = np.bincount(rows[unread], minlength=n) > 0
         first = self.plan.starts[items[np.searchsorted(rows, np.arange(n))]]  # rows ascend
-        return tokens, first, data, doc_starts, skipped
+        return tokens, first, data, doc_starts, skipped, loss_mask
 
     def _reads(self, items: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, int]]:
         """How the items are read: per width class (64, 128, … ``seq_len + 1`` tokens, at most
@@ -193,27 +215,30 @@ class PackedSource(ConcatSource):
         return out
 
     def _gather_items(
-        self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray
+        self,
+        shards: ShardSet,
+        items: np.ndarray,
+        rows: np.ndarray,
+        positions: np.ndarray,
+        out: np.ndarray,
     ) -> np.ndarray:
-        """Copy each item's tokens into ``out[row, position:position + length]``: one
-        :meth:`ShardSet.gather` per width class (:meth:`_reads`), then one slice copy per item.
+        """Copy each item's values from ``shards`` (the tokens, or their loss masks) into
+        ``out[row, position:position + length]``: one :meth:`ShardSet.gather` per width
+        class (:meth:`_reads`), then one slice copy per item.
 
         Returns:
             Which items stayed unreadable (skipped under ``on_error = "skip"``), bool ``[k]``.
         """
-        if not self.shards.remote:
-            self._copy_local_items(items, rows, positions, out)
+        if not shards.remote:
+            self._copy_local_items(shards, items, rows, positions, out)
             return np.zeros(items.size, dtype=bool)
         unread = np.zeros(items.size, dtype=bool)
         starts, lengths = self.plan.starts[items], self.plan.lengths[items].astype(np.int64)
         for pick, begin, read in self._reads(items):
             block = np.empty((pick.size, read), dtype=out.dtype)
-            if self.shards.remote:
-                self.shards.take_skipped()  # only this read's skipped windows below
-            self.shards.gather(begin, block)
-            if self.shards.remote:
-                unread[pick] = np.isin(begin, self.shards.take_skipped())
-            self.check_tokens(block, begin)
+            shards.take_skipped()  # only this read's skipped windows below
+            shards.gather(begin, block)
+            unread[pick] = np.isin(begin, shards.take_skipped())
             # One slice copy per item: a per-token fancy-index scatter (index arrays of every
             # token, then a random-access copy) cost 3.6x this loop at ~2.7 items per row.
             places = zip(
@@ -228,16 +253,21 @@ class PackedSource(ConcatSource):
         return unread
 
     def _copy_local_items(
-        self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray
+        self,
+        shards: ShardSet,
+        items: np.ndarray,
+        rows: np.ndarray,
+        positions: np.ndarray,
+        out: np.ndarray,
     ) -> None:
         """Local shards: copy each item straight from its shard into ``out[row, position:]``,
-        one copy of its own tokens (an item never crosses a shard end: documents are found
-        shard by shard); then check the copied tokens, padding excluded."""
+        one copy of its own values (an item never crosses a shard end: documents are found
+        shard by shard)."""
         starts, sizes = self.plan.starts[items], self.plan.lengths[items]
-        sids = np.searchsorted(self.shards.offsets, starts, side="right") - 1
-        local = starts - self.shards.offsets[sids]
-        whole = {  # each shard's tokens as one mapped array: a slice per item, no call
-            sid: self.shards.shard(sid).tokens(0, self.shards.shards[sid].num_tokens)
+        sids = np.searchsorted(shards.offsets, starts, side="right") - 1
+        local = starts - shards.offsets[sids]
+        whole = {  # each shard's values as one mapped array: a slice per item, no call
+            sid: shards.shard(sid).tokens(0, shards.shards[sid].num_tokens)
             for sid in np.unique(sids).tolist()
         }
         flat = out.reshape(-1)  # a view: row-major destination offsets, one slice per item
@@ -250,7 +280,6 @@ class PackedSource(ConcatSource):
         )
         for sid, at, begin, size in places:
             flat[at : at + size] = whole[sid][begin : begin + size]
-        self._check_items(items, rows, positions, out)
 
     def _check_items(
         self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray

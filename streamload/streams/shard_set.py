@@ -29,11 +29,12 @@ import numpy as np
 from streamload.config.storage import StorageConfig
 from streamload.errors import FormatError, RemoteReadError
 from streamload.formats.base import ShardInfo, TokenShard
+from streamload.formats.loss_mask import mask_shard
 from streamload.formats.registry import open_shard
 from streamload.ops.masks import starts_from_offsets
 from streamload.remote.store import RemoteObject, StorageHandle
 
-__all__ = ["MAX_OPEN_SHARDS", "ShardSet", "skip_unreadable"]
+__all__ = ["MAX_OPEN_SHARDS", "ShardSet", "loss_mask_set", "skip_unreadable"]
 
 _LOG = logging.getLogger("streamload.remote")
 
@@ -377,3 +378,14 @@ class ShardSet:
             local = starts[rows] - self.offsets[sid]
             out[rows] |= starts_from_offsets(local, width, bounds)
         return out
+
+
+def loss_mask_set(
+    shards: tuple[ShardInfo, ...], storage: StorageConfig | None = None
+) -> ShardSet | None:
+    """The loss masks of ``shards`` as a shard set of their own, gathered with the same
+    stream offsets as the tokens (:func:`streamload.formats.loss_mask.mask_shard`: a shard
+    without a mask reads as all trained); ``None`` when no shard has a mask."""
+    if not any(s.loss_mask for s in shards):
+        return None
+    return ShardSet(tuple(mask_shard(s) for s in shards), storage)

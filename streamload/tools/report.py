@@ -1,7 +1,9 @@
-"""The realized mixture of a run's first steps, computed from the plan alone (no token reads).
+"""The realized mixture of a run's first steps, computed from the plan alone (no token reads),
+and where each source's train/valid/test splits lie.
 
 Used by ``streamload plan``: per schedule phase, the target weights and the realized shares;
-per source, samples drawn, epochs completed and the step where each epoch began.
+per source, samples drawn, epochs completed and the step where each epoch began; with
+``sampling.split``, each source's document and token ranges of every split.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from streamload.config import SamplingMode
 from streamload.errors import ConfigError
 from streamload.plan.mixture import MixtureCursor, counts_for
+from streamload.plan.split import SPLIT_NAMES, split_bookends
 from streamload.streams.interface import SampleStream
 
-__all__ = ["MAX_EPOCH_STEPS", "batch_source_counts", "mixture_report"]
+__all__ = ["MAX_EPOCH_STEPS", "batch_source_counts", "mixture_report", "split_report"]
 
 MAX_EPOCH_STEPS = 20
 """Epoch start steps listed per source."""
@@ -72,3 +76,31 @@ def mixture_report(stream: SampleStream, steps: int) -> dict[str, Any]:
             "epoch_starts": [0] + [int(s) + 1 for s in epoch_steps if s < steps],
         }
     return {"steps": steps, "global_batch_size": batch, "phases": phases, "sources": sources}
+
+
+def split_report(stream: SampleStream) -> dict[str, Any]:
+    """Per source, the bounds of every split of ``sampling.split`` (empty: no split is set):
+    ``{"split", "reads", "rule", "total_documents", "total_tokens", "parts": {name:
+    {"documents": [begin, end) or None, "tokens": [begin, end)}}}``. Megatron mode counts
+    sequences (GPTDataset's documents), as megatron-core splits them."""
+    sampling = stream.config.sampling
+    if sampling.split is None:
+        return {}
+    if sampling.mode is not SamplingMode.MEGATRON:
+        found = {s.name: getattr(s, "split", None) for s in stream.sources}
+        return {name: split.report() for name, split in found.items() if split is not None}
+    out = {}
+    for source in stream.sources:
+        starts = np.append(source.sequence_starts, source.shards.num_tokens)  # type: ignore[attr-defined]
+        docs = split_bookends(sampling.split, int(starts.size) - 1)
+        parts = {
+            name: {"documents": [docs[i], docs[i + 1]],
+                   "tokens": [int(starts[docs[i]]), int(starts[docs[i + 1]])]}
+            for i, name in enumerate(SPLIT_NAMES)
+        }  # fmt: skip
+        out[source.name] = {
+            "split": sampling.split, "reads": sampling.split_name.value, "rule": "sequences",
+            "total_documents": int(starts.size) - 1, "total_tokens": int(starts[-1]),
+            "parts": parts,
+        }  # fmt: skip
+    return out

@@ -122,7 +122,7 @@ MEGATRON = {"mode": "megatron", "num_samples": 100}
             r"sampling\.split = '9999.*' holds a number too large for a float",
         ),
         (mixture(1, 1, sampling={**MEGATRON, "split": "."}), r"split '\.': could not convert"),
-        (mixture(1, 1, sampling={**MEGATRON, "split": None}), r"sampling\.split = None must be"),
+        (mixture(1, 1, sampling={**MEGATRON, "split": 5}), r"sampling\.split = 5 must be"),
     ],
 )
 def test_bad_megatron_values(cfg: dict[str, Any], match: str) -> None:

@@ -174,8 +174,6 @@ def test_long_documents_only_in_whole_document_modes(mode: str, extra: dict[str,
 @pytest.mark.parametrize(
     ("key", "value", "shown"),
     [
-        ("split", "1,1,1", "'1,1,1'"),
-        ("split_name", "valid", "'valid'"),
         ("add_extra_token", False, "False"),
         ("drop_last_partial", False, "False"),
     ],
@@ -221,7 +219,9 @@ def test_concat_mode_is_judged_as_before() -> None:
     """The whole-document rules stay out of concat mode (tokens equal samples there)."""
     cfg = load_config(config("concat", pad=0, mixture={"unit": "tokens"}, sampling={}))
     assert cfg.mixture.unit.value == "tokens"
-    refused(config("concat", sampling={"split": "1,1,1"}), r"applies only to mode = 'megatron'")
+    refused(
+        config("concat", sampling={"add_extra_token": False}), r"applies only to mode = 'megatron'"
+    )
 
 
 @pytest.mark.parametrize(

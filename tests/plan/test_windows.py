@@ -119,3 +119,57 @@ def test_windows_read_the_right_tokens() -> None:
     for left, right in itertools.pairwise(windows):
         assert left[-1] == right[0]  # one token of overlap
     assert np.concatenate([w[:-1] for w in windows]).tolist() == list(range(35))
+
+
+SPAN_SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
+
+
+def _span_reference(sizes: list[int], seq_len: int, cross: bool, lo: int, hi: int) -> list[int]:
+    """Window starts inside ``[lo, hi)``, written out directly: a window of ``seq_len + 1``
+    tokens at stride ``seq_len`` from ``lo`` (or from each shard's part of the range)."""
+    if cross:
+        return list(range(lo, hi - seq_len, seq_len))
+    out, base = [], 0
+    for n in sizes:
+        a, b = min(max(lo, base), base + n), min(max(hi, base), base + n)
+        out += list(range(a, b - seq_len, seq_len))
+        base += n
+    return out
+
+
+@SPAN_SETTINGS
+@given(
+    sizes=shard_sizes,
+    seq_len=seq_lens,
+    cross_shard=st.booleans(),
+    cut=st.tuples(st.floats(0, 1), st.floats(0, 1)),
+)
+def test_a_span_keeps_every_window_inside_it(
+    sizes: list[int], seq_len: int, cross_shard: bool, cut: tuple[float, float]
+) -> None:
+    total = sum(sizes)
+    lo, hi = sorted(round(c * total) for c in cut)
+    layout = WindowLayout(np.array(sizes), seq_len, cross_shard, span=(lo, hi))
+    starts = layout.starts(np.arange(layout.num_windows)).tolist()
+    assert starts == _span_reference(sizes, seq_len, cross_shard, lo, hi)
+    assert all(lo <= s and s + seq_len + 1 <= hi for s in starts)
+
+
+@SPAN_SETTINGS
+@given(sizes=shard_sizes, seq_len=seq_lens, cross_shard=st.booleans())
+def test_the_whole_span_is_the_layout_without_one(
+    sizes: list[int], seq_len: int, cross_shard: bool
+) -> None:
+    plain = WindowLayout(np.array(sizes), seq_len, cross_shard)
+    whole = WindowLayout(np.array(sizes), seq_len, cross_shard, span=(0, sum(sizes)))
+    ids = np.arange(plain.num_windows)
+    assert whole.num_windows == plain.num_windows
+    np.testing.assert_array_equal(whole.starts(ids), plain.starts(ids))
+
+
+def test_the_worked_example_of_a_span() -> None:
+    """The module docstring's example: shards of 10 and 7 tokens, L = 4, range [6, 17)."""
+    cross = WindowLayout(np.array([10, 7]), 4, True, span=(6, 17))
+    per_shard = WindowLayout(np.array([10, 7]), 4, False, span=(6, 17))
+    assert cross.starts(np.arange(cross.num_windows)).tolist() == [6, 10]
+    assert per_shard.starts(np.arange(per_shard.num_windows)).tolist() == [10]

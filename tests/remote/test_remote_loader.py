@@ -524,3 +524,26 @@ def test_packed_mode_reads_remotely(
     options = LoaderOptions(worker_type="process") if workers else None
     local = batches(local_config, num_workers=workers, options=options)
     assert_batches_equal(local, batches(config, num_workers=workers, options=options), "packed")
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+@pytest.mark.parametrize(("mode", "whole"), [("concat", 0), ("packed", 0), ("concat", 1 << 20)])
+def test_s3_loss_masks_equal_local(
+    upload: Callable[[Path], str], s3: S3Server, tmp_path: Path, mode: str, whole: int
+) -> None:
+    """OLMo-core masks beside S3 token files are found in the listing and read by range
+    (or whole) in the version listed: the batches equal the local ones, masks applied."""
+    from tests.streams.test_loss_masks import _olmo_source, write_olmo
+
+    write_olmo(tmp_path / "sft", [600, 450])
+    local_source = _olmo_source(tmp_path / "sft")
+    base = {"seq_len": 16, "seed": 1, "eos_token_id": 0, "pad_token_id": 1,
+            "sampling": {"mode": mode}}  # fmt: skip
+    local = batches({**base, "sources": [local_source]}, num_workers=2)
+    bare = batches({**base, "sources": [{**local_source, "label_masks": "none"}]})
+    remote_source = {**local_source, "path": upload(tmp_path / "sft"),
+                     "storage_options": s3.storage_options()}  # fmt: skip
+    storage = {"cache_dir": str(tmp_path / "cache"), **FAST, "whole_shard_size": whole}
+    remote = batches({**base, "sources": [remote_source], "storage": storage}, num_workers=2)
+    assert_batches_equal(local, remote, "s3 vs local, with loss masks")
+    assert any(not torch.equal(a["labels"], b["labels"]) for a, b in zip(local, bare, strict=True))

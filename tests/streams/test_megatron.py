@@ -95,7 +95,7 @@ def test_padded_last_sample_of_the_valid_split(prefixes: dict[str, str]) -> None
         load_config(config_of("gpt_split_valid_keep_last", prefixes, num_samples=count - 1))
     )
     source = stream.sources[0]
-    text, lengths, skipped = source.read(np.arange(count), stream.seq_len + 1)
+    text, lengths, skipped, _ = source.read(np.arange(count), stream.seq_len + 1)
     np.testing.assert_array_equal(text, arrays["text"])
     assert (text == -1).any() and (lengths < stream.seq_len + 1).sum() == 1
     assert skipped.size == 0
@@ -171,7 +171,7 @@ def test_fingerprint_covers_the_index_inputs(prefixes: dict[str, str]) -> None:
         ({"mode": "megatron", "num_samples": 5, "drop_last_partial": False}, "valid"),
         ({"mode": "megatron", "num_samples": 5, "split": "1,2,3,4"}, "split"),
         ({"mode": "megatron", "num_samples": 5, "split_name": "dev"}, "split_name"),
-        ({"split": "1,0,0"}, "applies only to mode = 'megatron'"),
+        ({"add_extra_token": False}, "applies only to mode = 'megatron'"),
         ({"cache_dir": "/tmp/x"}, "applies only"),
     ],
 )
