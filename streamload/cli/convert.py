@@ -3,7 +3,8 @@
 Documents keep their order and tokens. The whole output appears at once when complete (a
 hidden staging folder, then renames; :mod:`streamload.tools.convert` states the destination
 rules), an existing output is never replaced, and the command prints every path it wrote. A
-progress bar (tqdm, when installed) shows documents and tokens.
+progress bar (tqdm, when installed) shows documents and tokens. Loss masks go with the data
+(:mod:`streamload.tools.masks`: ``--drop-masks``, ``--assume-trained``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from streamload.cli._common import catalog_from_args
 from streamload.cli._progress import Progress
 from streamload.tools.convert import TARGETS, ConvertStats, convert, open_output, parse_dtype
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_mask_arguments", "add_parser", "run"]
 
 
 def add_parser(sub: Any) -> None:
@@ -34,7 +35,22 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--source-dtype", default="auto", help="source dtype where it is not stored")
     p.add_argument("--eos", type=int, help="EOS id splitting documents where there is no index")
     p.add_argument("--tokenizer-name", help="tokenizer recorded by formats that store it")
+    add_mask_arguments(p)
     p.set_defaults(run=run)
+
+
+def add_mask_arguments(parser: Any) -> None:
+    """``--drop-masks`` and ``--assume-trained`` (convert and merge)."""
+    parser.add_argument(
+        "--drop-masks",
+        action="store_true",
+        help="write no loss mask even where the inputs have one",
+    )
+    parser.add_argument(
+        "--assume-trained",
+        action="store_true",
+        help="inputs without a loss mask are all trained (needed when only some have one)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,7 +59,13 @@ def run(args: argparse.Namespace) -> int:
     source = argparse.Namespace(paths=[args.src], format=args.format, dtype=args.source_dtype)
     catalog = catalog_from_args(source)
     writer = open_output(
-        catalog, args.to, args.dst, dtype=dtype, tokenizer_name=args.tokenizer_name
+        catalog,
+        args.to,
+        args.dst,
+        dtype=dtype,
+        tokenizer_name=args.tokenizer_name,
+        drop_masks=args.drop_masks,
+        assume_trained=args.assume_trained,
     )
     with Progress(total=catalog.num_tokens, unit="tokens") as bar:
         stats = convert(catalog, writer, eos_token_id=args.eos, progress=bar.update_to)

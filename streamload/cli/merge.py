@@ -3,7 +3,10 @@
 Megatron inputs merge like ``tools/merge_datasets.py`` (``add_index``: sequences, document
 indices and token bytes appended, pointers recomputed). Other formats are concatenated
 document by document through the format's writer, keeping every document and its order —
-Modalities ``.pbin`` files included, without the tool's −12-byte index defect.
+Modalities ``.pbin`` files included, without the tool's −12-byte index defect. Loss masks
+are merged with the data (:mod:`streamload.tools.masks`): inputs that all have one give a
+merged mask; inputs of which only some have one are refused unless ``--assume-trained``
+(the others are all trained) or ``--drop-masks``.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import argparse
 from typing import Any
 
 from streamload.catalog.sources import SourceCatalog
-from streamload.cli._common import catalog_from_args, write_catalog
+from streamload.cli._common import catalog_from_args
+from streamload.cli._progress import Progress
+from streamload.cli.convert import add_mask_arguments
 from streamload.errors import ConfigError
-from streamload.tools.convert import TARGETS
+from streamload.tools.convert import TARGETS, convert, open_output
+from streamload.tools.masks import merge_megatron_with_masks, wants_masks
 
 __all__ = ["add_parser", "run"]
 
@@ -27,6 +33,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--format", default="auto", help="input format (default: sniff)")
     p.add_argument("--dtype", default="auto", help="input dtype where the format lacks it")
     p.add_argument("--eos", type=int, help="EOS id splitting documents where there is no index")
+    add_mask_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -39,7 +46,12 @@ def run(args: argparse.Namespace) -> int:
     ]
     catalog = SourceCatalog(parts[0].config, tuple(s for part in parts for s in part.shards))
     fmt = _single_format(catalog)
+    policy = {"drop_masks": args.drop_masks, "assume_trained": args.assume_trained}
     if fmt == "megatron":
+        if wants_masks(catalog.shards, **policy):
+            paths = merge_megatron_with_masks(catalog.shards, args.dst)
+            print(f"merged {len(catalog.shards)} Megatron datasets: {', '.join(paths)}")
+            return 0
         from streamload.formats.megatron import merge_megatron
 
         merge_megatron([s.path for s in catalog.shards], args.dst)
@@ -48,10 +60,13 @@ def run(args: argparse.Namespace) -> int:
     target = "numpy" if fmt in ("npy", "raw") else fmt
     if target not in TARGETS:
         raise ConfigError(f"cannot merge {fmt} files; convert them first")
-    stats, destination, _ = write_catalog(catalog, target, args.dst, eos=args.eos)
+    writer = open_output(catalog, target, args.dst, **policy)
+    with Progress(total=catalog.num_tokens, unit="tokens") as bar:
+        stats = convert(catalog, writer, eos_token_id=args.eos, progress=bar.update_to)
     print(
         f"merged {len(catalog.shards)} files: {stats.documents:,} documents, "
-        f"{stats.tokens:,} tokens into {destination}"
+        f"{stats.tokens:,} tokens into {stats.paths[0]}"
+        + (" with its loss masks" if writer.masks else "")
     )
     return 0
 

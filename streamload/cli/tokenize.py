@@ -59,6 +59,13 @@ _OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--seed",), {"type": int, "help": "seed of the file order and batch shuffles"}),
     (("--text-field", "--text_field"), {"help": "JSON key of the text (default: text)"}),
     (("--id-field", "--id_field"), {"help": "JSON key of the id (default: id; '': none)"}),
+    (
+        ("--loss-spans-field", "--loss_spans_field"),
+        {
+            "help": "JSON key of each document's trained [start, end) character spans: write "
+            "a loss mask beside every output file (default: none)"
+        },
+    ),
     (("--work-dir.input", "--work_dir.input", "--work-dir-input"), {"dest": "work_dir_input"}),
     (
         ("--work-dir.output", "--work_dir.output", "--work-dir-output"),

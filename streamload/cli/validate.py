@@ -2,8 +2,10 @@
 
 Header and index checks run when each file is described (the format readers refuse any
 inconsistency); then one streaming pass over the tokens checks ids against ``--vocab-size``,
-EOS presence and density against ``--eos``, and zero-filled tails. Exit 0 when sound; else one
-line per problem and exit 1. It ends by printing the ``[[sources]]`` block that reads the data.
+EOS presence and density against ``--eos``, zero-filled tails, and each loss mask found beside
+a token file (one byte per token of it, every byte 0 or 1:
+:func:`streamload.tools.masks.check_mask`). Exit 0 when sound; else one line per problem and
+exit 1. It ends by printing the ``[[sources]]`` block that reads the data.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from streamload.cli._common import add_data_arguments, catalog_from_args
 from streamload.errors import FormatError
 from streamload.formats.registry import get_format, open_shard
 from streamload.tools.documents import scan_tokens
+from streamload.tools.masks import check_mask
 
 __all__ = ["ZERO_TAIL_WARN", "add_parser", "run", "sources_block"]
 
@@ -45,9 +48,13 @@ def run(args: argparse.Namespace) -> int:
     problems = []
     for info in catalog.shards:
         problems += [f"{info.path}: {p}" for p in _check_tokens(info, args.vocab_size, args.eos)]
+        problems += [f"{info.path}: {p}" for p in check_mask(info)]
     for line in problems:
         print(f"problem: {line}")
     tokens = f"{catalog.num_tokens:,} tokens in {len(catalog.shards)} files"
+    masked = sum(info.loss_mask is not None for info in catalog.shards)
+    if masked:
+        tokens += f" ({masked} with a loss mask)"
     print(f"{'sound' if not problems else f'{len(problems)} problem(s)'}: {tokens}")
     print(sources_block(catalog, args))
     return 0 if not problems else 1

@@ -100,6 +100,9 @@ class TokenizeConfig:
         shard_index: This machine's share of the groups (``g % num_shards == shard_index``).
         num_shards: Machines sharing the run.
         skip_bad_lines: Skip (and count) malformed lines instead of failing.
+        loss_spans_field: JSON key (dots reach into nested objects) of each document's
+            trained ``[start, end)`` character spans; a loss mask is written beside every
+            output file (:mod:`streamload.tokenize.loss_spans`). ``None``: no masks.
     """
 
     documents: tuple[str, ...]
@@ -124,6 +127,7 @@ class TokenizeConfig:
     shard_index: int = 0
     num_shards: int = 1
     skip_bad_lines: bool = False
+    loss_spans_field: str | None = None
 
     def __post_init__(self) -> None:
         docs = (self.documents,) if isinstance(self.documents, str) else self.documents
@@ -146,10 +150,22 @@ class TokenizeConfig:
             check_path(self.work_dir_input, "work_dir_input")
         for name in ("segment_before_tokenization", "skip_bad_lines"):
             check_bool(getattr(self, name), name)
+        self._check_loss_spans()
         object.__setattr__(self, "format", to_enum(OutputFormat, self.format, "format"))
         self._check_numbers()
         if not isinstance(self.dtype, str) or not self.dtype:
             raise ConfigError(f"dtype = {self.dtype!r} must be 'auto' or a numpy integer dtype")
+
+    def _check_loss_spans(self) -> None:
+        if self.loss_spans_field is None:
+            return
+        check_path(self.loss_spans_field, "loss_spans_field")
+        if self.segment_before_tokenization:
+            raise ConfigError(
+                f"loss_spans_field = {self.loss_spans_field!r} cannot be combined with "
+                "segment_before_tokenization (span offsets are mapped through one encoding "
+                "of the whole text); drop one of them"
+            )
 
     def _check_numbers(self) -> None:
         for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
@@ -184,6 +200,8 @@ class TokenizeConfig:
         skip = {"destination", "work_dir_input", "work_dir_output", "shard_index"}
         if self.files_per_process is not None:
             skip.add("processes")
+        if self.loss_spans_field is None:  # the record of a run without masks is unchanged
+            skip.add("loss_spans_field")
         return {k: v for k, v in self.to_dict().items() if k not in skip}
 
     def to_dict(self) -> dict[str, Any]:
@@ -290,3 +308,8 @@ def check_jsonl_options(data: Mapping[str, Any]) -> None:
             check_int(data[name], name, 0)
     if data.get("text_field") is not None:
         check_path(data["text_field"], "text_field")
+    if data.get("loss_spans_field") is not None:
+        raise ConfigError(
+            "--format jsonl tokenizes while training and keeps no loss mask; "
+            "--loss-spans-field needs a token format (--format dolma, numpy, datatrove...)"
+        )

@@ -3,7 +3,9 @@
 Per batch of documents from the ring (:mod:`streamload.tokenize.shuffle`): one
 ``encode_batch`` call for the whole batch, one seeded shuffle of the batch, then each
 document goes to the :class:`~streamload.tokenize.outputs.PartWriter`. Per-document Python
-work is the JSON parse, a strip, a list → array conversion and a write call.
+work is the JSON parse, a strip, a list → array conversion and a write call. With
+``loss_spans_field`` the batch is encoded with offsets and each document's loss mask is
+written beside its tokens (:mod:`streamload.tokenize.loss_spans`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import numpy as np
 
 from streamload.formats.encoder import DocumentEncoder
 from streamload.tokenize.config import TokenizeConfig
-from streamload.tokenize.inputs import LineReader, ReadCounts
+from streamload.tokenize.inputs import InputDocument, LineReader, ReadCounts
+from streamload.tokenize.loss_spans import encode_with_masks
 from streamload.tokenize.markers import RunRecord
 from streamload.tokenize.outputs import PartWriter, part_stem
 from streamload.tokenize.shuffle import batch_rng, ring_batches
@@ -73,23 +76,30 @@ def run_group(
     readers: list[LineReader] = []
 
     def open_file(path: str) -> LineReader:
-        reader = LineReader(path, cfg.text_field, cfg.id_field, skip_bad_lines=cfg.skip_bad_lines)
+        reader = LineReader(
+            path,
+            cfg.text_field,
+            cfg.id_field,
+            skip_bad_lines=cfg.skip_bad_lines,
+            loss_spans_field=cfg.loss_spans_field,
+        )
         readers.append(reader)
         return reader
 
     stem = part_stem(job.index, job.num_groups)
     documents = tokens = 0
     batches = ring_batches(job.files, open_file, cfg.ring_size, cfg.batch_size)
+    masks = cfg.loss_spans_field is not None
     with PartWriter(
-        cfg.format, staging, stem, np.dtype(job.dtype), cfg.max_size, cfg.tokenizer
+        cfg.format, staging, stem, np.dtype(job.dtype), cfg.max_size, cfg.tokenizer, masks=masks
     ) as writer:
         for number, batch in enumerate(batches):
-            encoded = encoder.encode([doc.text for doc in batch])
+            encoded, loss_masks = _encode(encoder, batch, masks)
             order = list(range(len(batch)))
             batch_rng(cfg.seed, job.index, number).shuffle(order)
             batch_tokens = 0
             for i in order:
-                writer.add(encoded[i], batch[i])
+                writer.add(encoded[i], batch[i], loss_masks[i] if loss_masks else None)
                 batch_tokens += int(encoded[i].size)
             documents += len(batch)
             tokens += batch_tokens
@@ -100,3 +110,13 @@ def run_group(
         counts.add(reader.counts)
     stats = {"documents": documents, "tokens": tokens, "parts": writer.parts, **asdict(counts)}
     return record.finish(job.index, staging, writer.files, stats)
+
+
+def _encode(
+    encoder: DocumentEncoder, batch: list[InputDocument], masks: bool
+) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+    """A batch's token ids, and with ``masks`` their loss masks from the trained spans."""
+    texts = [doc.text for doc in batch]
+    if not masks:
+        return encoder.encode(texts), None
+    return encode_with_masks(encoder, texts, [doc.trained or () for doc in batch])

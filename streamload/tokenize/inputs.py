@@ -6,6 +6,10 @@ by path, the patterns' results are concatenated in order and a file named twice 
 decompressed while streaming. A document is one line: a JSON object with a string text field
 (``text_field``, dots reach into nested objects) and optionally an id (``id_field``).
 
+With ``loss_spans_field`` each line also names the trained ``[start, end)`` character spans
+of its text (:mod:`streamload.tokenize.loss_spans`); a line without a valid list of them is
+a bad line.
+
 Bad lines (not JSON, not an object, no string text) raise :class:`FormatError` naming the
 file and the 1-based line, or with ``skip_bad_lines`` are counted and left out.
 """
@@ -21,6 +25,7 @@ from typing import Any
 import fsspec
 
 from streamload.errors import ConfigError, FormatError
+from streamload.tokenize.loss_spans import Spans, parse_spans
 
 __all__ = ["InputDocument", "LineReader", "ReadCounts", "expand_documents"]
 
@@ -68,12 +73,14 @@ def _as_given(pattern: str, stripped: str, found: str, fs: Any) -> str:
 
 @dataclass(frozen=True)
 class InputDocument:
-    """One document read from a line: stripped text, id, source path and 1-based line."""
+    """One document read from a line: stripped text, id, source path, 1-based line, and
+    the trained character spans of the text (``None`` without ``loss_spans_field``)."""
 
     text: str
     id: str
     src: str
     loc: int
+    trained: Spans | None = None
 
 
 @dataclass
@@ -124,14 +131,23 @@ class LineReader:
         id_field: Key of the id (a line without it is bad, as dolma drops it); ``None`` or
             empty: every document gets dolma's ``{sha256(path)}-{line}``.
         skip_bad_lines: Count bad lines instead of failing.
+        loss_spans_field: Key of the trained character spans (dotted for nested objects);
+            ``None``: documents carry none.
     """
 
     def __init__(
-        self, path: str, text_field: str, id_field: str | None, *, skip_bad_lines: bool = False
+        self,
+        path: str,
+        text_field: str,
+        id_field: str | None,
+        *,
+        skip_bad_lines: bool = False,
+        loss_spans_field: str | None = None,
     ) -> None:
         self.path = path
         self._text = tuple(text_field.split("."))
         self._id = tuple(id_field.split(".")) if id_field else None
+        self._spans = tuple(loss_spans_field.split(".")) if loss_spans_field else None
         self._skip = skip_bad_lines
         self.counts = ReadCounts()
         self._path_hash = hashlib.sha256(path.encode()).hexdigest()
@@ -155,10 +171,17 @@ class LineReader:
             what = "has no" if text is None else f"has a {type(text).__name__} in its"
             self._bad(line_no, f"{what} text field {'.'.join(self._text)!r}; expected a string")
             return None
-        text = text.strip()
+        raw, text = text, text.strip()
         if not text:
             self.counts.empty += 1
             return None
+        trained = None
+        if self._spans is not None:
+            try:
+                trained = parse_spans(_field(obj, self._spans), raw, text)
+            except ValueError as exc:
+                self._bad(line_no, f"loss spans field {'.'.join(self._spans)!r} {exc}")
+                return None
         if self._id is None:
             doc_id = f"{self._path_hash}-{line_no}"
         else:
@@ -167,7 +190,7 @@ class LineReader:
                 self._bad(line_no, f"has no id field {'.'.join(self._id)!r} (--id-field)")
                 return None
             doc_id = str(doc_id)
-        return InputDocument(text, doc_id, self.path, line_no)
+        return InputDocument(text, doc_id, self.path, line_no, trained)
 
     def __iter__(self) -> Iterator[InputDocument]:
         try:

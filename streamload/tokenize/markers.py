@@ -150,7 +150,9 @@ class RunRecord:
         Args:
             group: The group.
             staging: Its staging folder.
-            names: The files its writers reported, all of which must be there.
+            names: The files its writers reported, all of which must be there; moved in
+                this order (each part's token file after its companions and loss mask, so
+                a listing never sees a token file without them).
             stats: Counts for the marker.
 
         Raises:
@@ -165,7 +167,7 @@ class RunRecord:
                     f"group {group}; was the staging folder shared with another run?"
                 )
         files = {}
-        for name in sorted(expected):
+        for name in dict.fromkeys(names):
             src = os.path.join(staging, name)
             if not os.path.isfile(src):
                 raise FormatError(

@@ -10,7 +10,12 @@ more is an error naming it.
 Each part is written into the group's staging folder under its final name; when its writer
 closes, every file the format makes (:data:`PART_SUFFIXES`) must be there, else the run
 fails naming the missing one (a writer that put its output elsewhere is never skipped over).
-:attr:`PartWriter.files` lists them for publishing.
+:attr:`PartWriter.files` lists them for publishing, each part's token file after its
+companions.
+
+With loss masks (``--loss-spans-field``) each part also gets its mask, one byte per token:
+datatrove's own ``.ds.loss``, for the other formats the file
+:func:`~streamload.formats.mask_names.mask_path_for` names (``part-0-00000.npy.loss``).
 """
 
 from __future__ import annotations
@@ -22,10 +27,12 @@ import numpy as np
 
 from streamload.errors import ConfigError, FormatError
 from streamload.formats.base import DocumentWriter
+from streamload.formats.loss_mask import LossMaskWriter
+from streamload.formats.mask_names import mask_name_for
 from streamload.tokenize.config import OutputFormat
 from streamload.tokenize.inputs import InputDocument
 
-__all__ = ["PART_SUFFIXES", "PartWriter", "choose_dtype", "part_stem"]
+__all__ = ["PART_SUFFIXES", "PartWriter", "choose_dtype", "part_files", "part_stem"]
 
 PART_SUFFIXES = {
     OutputFormat.DOLMA: (".npy", ".csv.gz"),
@@ -34,7 +41,17 @@ PART_SUFFIXES = {
     OutputFormat.NUMPY: (".npy",),
     OutputFormat.DATATROVE: (".ds", ".ds.index", ".ds.metadata"),
 }
-"""The files one part of each format is made of (``part-G-MMMMM`` + suffix)."""
+"""The files one part of each format is made of (``part-G-MMMMM`` + suffix), token file
+first."""
+
+
+def part_files(fmt: OutputFormat, part: str, masks: bool) -> list[str]:
+    """The file names of one part in publishing order: companions, the loss mask (with
+    ``masks``), then the token file a listing takes for the shard."""
+    token, *companions = (part + suffix for suffix in PART_SUFFIXES[fmt])
+    mask = [mask_name_for(token)] if masks else []
+    return [*companions, *mask, token]
+
 
 _UNSIGNED_WIDTHS = {OutputFormat.MODALITIES: (1, 2, 4), OutputFormat.DATATROVE: (2, 4)}
 """Formats that store unsigned tokens of fixed widths only."""
@@ -115,8 +132,9 @@ class PartWriter:
         dtype: Token dtype.
         max_size: Each file holds fewer tokens than this.
         tokenizer_name: Recorded by datatrove.
+        masks: Write each part's loss mask (:meth:`add` takes one per document).
 
-    Use as a context manager: an exception discards the file being written.
+    Use as a context manager: an exception discards the files being written.
     """
 
     def __init__(
@@ -127,8 +145,11 @@ class PartWriter:
         dtype: np.dtype,
         max_size: int,
         tokenizer_name: str,
+        *,
+        masks: bool = False,
     ) -> None:
         self.fmt = fmt
+        self.masks = masks
         self.folder = folder
         self.stem = stem
         self.dtype = dtype
@@ -138,6 +159,7 @@ class PartWriter:
         self.files: list[str] = []
         """Names of the complete files written so far, in ``folder``."""
         self._writer: DocumentWriter | None = None
+        self._mask: LossMaskWriter | None = None
         self._written = 0
 
     def _part(self, number: int) -> str:
@@ -148,6 +170,9 @@ class PartWriter:
         self.parts += 1
         self._written = 0
         fmt, dtype = self.fmt, self.dtype
+        if self.masks and fmt is not OutputFormat.DATATROVE:  # datatrove writes its own
+            token = name + PART_SUFFIXES[fmt][0]
+            self._mask = LossMaskWriter(os.path.join(self.folder, mask_name_for(token)))
         if fmt is OutputFormat.DOLMA:
             from streamload.formats.dolma import DolmaWriter
 
@@ -163,7 +188,9 @@ class PartWriter:
         if fmt is OutputFormat.DATATROVE:
             from streamload.formats.datatrove import DatatroveWriter
 
-            return DatatroveWriter(name + ".ds", self.tokenizer_name, dtype.itemsize)
+            return DatatroveWriter(
+                name + ".ds", self.tokenizer_name, dtype.itemsize, save_loss_metadata=self.masks
+            )
         from streamload.formats.numpy_folder import NumpyShardWriter
 
         # one shard per part (the part rolls before the shard limit): renamed at close. The
@@ -176,11 +203,14 @@ class PartWriter:
         if writer is None:
             return
         writer.close()
+        mask, self._mask = self._mask, None
+        if mask is not None:
+            mask.close()
         part = self._part(self.parts - 1)
         if self.fmt is OutputFormat.NUMPY:
             shard = self._require(f"{part}.00000.npy")
             os.replace(shard, os.path.join(self.folder, f"{part}.npy"))
-        names = [part + suffix for suffix in PART_SUFFIXES[self.fmt]]
+        names = part_files(self.fmt, part, self.masks)
         for name in names:
             self._require(name)
         self.files.extend(names)
@@ -196,8 +226,9 @@ class PartWriter:
             )
         return path
 
-    def add(self, tokens: np.ndarray, doc: InputDocument) -> None:
-        """Write one document, starting the next file when it does not fit this one."""
+    def add(self, tokens: np.ndarray, doc: InputDocument, mask: np.ndarray | None = None) -> None:
+        """Write one document (and with ``masks`` its loss mask, one flag per token),
+        starting the next file when it does not fit this one."""
         n = int(tokens.size)
         if n >= self.max_size:
             raise FormatError(
@@ -208,10 +239,17 @@ class PartWriter:
             self._finish()
         if self._writer is None:
             self._writer = self._open()
+        if self.masks and (mask is None or mask.shape != tokens.shape):
+            got = "none" if mask is None else f"shape {mask.shape}"
+            raise ValueError(f"{doc.src}: line {doc.loc}: loss mask {got} for {n} tokens")
         if self.fmt is OutputFormat.DOLMA:
             self._writer.add_document(tokens, doc_id=doc.id, src=doc.src, loc=doc.loc)  # type: ignore[call-arg]
+        elif self.fmt is OutputFormat.DATATROVE and self.masks:
+            self._writer.add_document(tokens, loss_mask=mask)  # type: ignore[call-arg]
         else:
             self._writer.add_document(tokens)
+        if self._mask is not None:
+            self._mask.add(mask)
         self._written += n
 
     def close(self) -> None:
@@ -224,6 +262,9 @@ class PartWriter:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.close()
-        elif self._writer is not None:
+        else:
             writer, self._writer = self._writer, None
-            writer.__exit__(exc_type, exc, tb)
+            mask, self._mask = self._mask, None
+            for open_writer in (writer, mask):
+                if open_writer is not None:
+                    open_writer.__exit__(exc_type, exc, tb)

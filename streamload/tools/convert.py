@@ -19,6 +19,11 @@ Destination rules (every target):
 * nothing is ever replaced: an existing output is refused;
 * a relative path is relative to the working folder; ``file://`` URLs are local paths; other
   URLs are refused (write locally, then upload).
+
+Loss masks (:mod:`streamload.tools.masks`): sources with masks give an output with masks,
+datatrove's ``.ds.loss`` or the mask file beside each token file
+(:func:`~streamload.formats.mask_names.mask_path_for`), published with the output, before
+its token file.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from streamload.catalog.sources import SourceCatalog
 from streamload.errors import ConfigError, StreamloadError
 from streamload.formats.base import DocumentWriter, ShardInfo, local_path
 from streamload.formats.dolma import CSV_SUFFIX
+from streamload.formats.mask_names import mask_path_for
 from streamload.formats.registry import open_shard
 from streamload.tools.documents import document_bounds, iter_documents
+from streamload.tools.masks import MaskedWriter, mask_reader, wants_masks
 from streamload.util.files import staged_output
 
 __all__ = [
@@ -126,9 +133,10 @@ def _local(destination: str) -> str:
     return local
 
 
-def output_paths(fmt: str, destination: str) -> list[str]:
+def output_paths(fmt: str, destination: str, *, masks: bool = False) -> list[str]:
     """The entries an output of ``fmt`` at ``destination`` consists of, in publishing order:
-    companions first, the file a listing takes for the shard last.
+    companions first (with ``masks``, the loss mask last of them), the file a listing takes
+    for the shard last. A NumPy folder holds its shards' masks.
 
     Raises:
         ConfigError: an unknown format, or a file name without the format's suffix.
@@ -144,12 +152,16 @@ def output_paths(fmt: str, destination: str) -> list[str]:
         )
     if fmt == "megatron":
         prefix = destination.removesuffix(".bin").removesuffix(".idx")
-        return [prefix + ".idx", prefix + ".bin"]
-    if fmt == "dolma":
-        return [destination.removesuffix(".npy") + CSV_SUFFIX, destination]
-    if fmt == "datatrove":
-        return [destination + ".index", destination + ".metadata", destination]
-    return [destination]
+        paths = [prefix + ".idx", prefix + ".bin"]
+    elif fmt == "dolma":
+        paths = [destination.removesuffix(".npy") + CSV_SUFFIX, destination]
+    elif fmt == "datatrove":
+        paths = [destination + ".index", destination + ".metadata", destination]
+    elif fmt == "modalities":
+        paths = [destination]
+    else:
+        return [destination]  # a NumPy folder holds its shards' masks
+    return [*paths[:-1], mask_path_for(paths[-1]), paths[-1]] if masks else paths
 
 
 class StagedWriter:
@@ -163,16 +175,24 @@ class StagedWriter:
         paths: The output's entries in publishing order (:func:`output_paths`).
         dtype: Token dtype; a token outside its range raises :class:`ConfigError`.
         make: Opens the format's writer given the staging folder.
+        masks: The writer takes a loss mask with each document.
 
     Attributes:
         paths: The output's entries, as given.
+        masks: Whether :meth:`add_document` takes loss masks.
     """
 
     def __init__(
-        self, paths: Sequence[str], dtype: np.dtype, make: Callable[[str], DocumentWriter]
+        self,
+        paths: Sequence[str],
+        dtype: np.dtype,
+        make: Callable[[str], DocumentWriter],
+        *,
+        masks: bool = False,
     ) -> None:
         self.paths = [os.path.abspath(p) for p in paths]
         self.dtype = dtype
+        self.masks = masks
         self._closed = False
         with contextlib.ExitStack() as stack:
             staging = stack.enter_context(staged_output(*self.paths))
@@ -181,8 +201,8 @@ class StagedWriter:
             self._writer = stack.enter_context(make(staging))
             self._stack = stack.pop_all()
 
-    def add_document(self, tokens: np.ndarray) -> None:
-        """Append one document.
+    def add_document(self, tokens: np.ndarray, *, loss_mask: Any = None) -> None:
+        """Append one document (with ``masks``, and its loss mask: one flag per token).
 
         Raises:
             ConfigError: a token does not fit the dtype (the value and range named).
@@ -196,7 +216,10 @@ class StagedWriter:
                     f"token id {lo if lo < info.min else hi} does not fit --dtype "
                     f"{self.dtype.name} ({info.min}..{info.max}); choose a wider --dtype"
                 )
-        self._writer.add_document(arr)
+        if self.masks:
+            self._writer.add_document(arr, loss_mask=loss_mask)  # type: ignore[call-arg]
+        else:
+            self._writer.add_document(arr)
 
     def close(self) -> None:
         """Finish the output and publish it (on a failure, nothing is published)."""
@@ -213,32 +236,44 @@ class StagedWriter:
 
 
 def open_writer(
-    fmt: str, destination: str, dtype: np.dtype, *, tokenizer_name: str | None = None
+    fmt: str,
+    destination: str,
+    dtype: np.dtype,
+    *,
+    tokenizer_name: str | None = None,
+    masks: bool = False,
 ) -> StagedWriter:
     """A writer of ``fmt`` at ``destination`` that publishes the whole output at once.
 
     ``destination`` follows the module's rules (a prefix for ``megatron``, a file with the
     format's suffix, a folder for ``numpy``); stale leftovers of killed writers beside it are
-    removed first.
+    removed first. With ``masks`` each document comes with its loss mask, written beside
+    the token file(s) (module docstring).
 
     Raises:
         ConfigError: an unknown format, a name without the format's suffix, an existing
             output, an unwritable place, or a dtype the format cannot store.
     """
     dtype = np.dtype(dtype)
-    paths = output_paths(fmt, _local(destination))
+    paths = output_paths(fmt, _local(destination), masks=masks)
     if fmt in ("datatrove", "modalities"):
         _check_unsigned_width(fmt, dtype)
     name = os.path.basename(os.path.abspath(paths[-1]))
-    return StagedWriter(
-        paths, dtype, lambda staging: _format_writer(fmt, staging, name, dtype, tokenizer_name)
-    )
+
+    def make(staging: str) -> DocumentWriter:
+        writer = _format_writer(fmt, staging, name, dtype, tokenizer_name, masks)
+        if masks and fmt not in ("numpy", "datatrove"):  # those two write their own
+            return MaskedWriter(writer, mask_path_for(os.path.join(staging, name)))
+        return writer
+
+    return StagedWriter(paths, dtype, make, masks=masks)
 
 
 def _format_writer(
-    fmt: str, staging: str, name: str, dtype: np.dtype, tokenizer_name: str | None
+    fmt: str, staging: str, name: str, dtype: np.dtype, tokenizer_name: str | None, masks: bool
 ) -> DocumentWriter:
-    """The format's own writer, writing ``name`` inside ``staging``."""
+    """The format's own writer, writing ``name`` inside ``staging`` (NumPy and datatrove
+    with their own loss masks when ``masks``)."""
     path = os.path.join(staging, name)
     if fmt == "megatron":
         from streamload.formats.megatron import MegatronWriter
@@ -252,11 +287,11 @@ def _format_writer(
         from streamload.formats.numpy_folder import NumpyShardWriter
 
         os.mkdir(path)  # published even without documents
-        return NumpyShardWriter(path, dtype, NUMPY_SHARD_TOKENS)
+        return NumpyShardWriter(path, dtype, NUMPY_SHARD_TOKENS, save_loss_masks=masks)
     if fmt == "datatrove":
         from streamload.formats.datatrove import DatatroveWriter
 
-        return DatatroveWriter(path, tokenizer_name, dtype.itemsize)
+        return DatatroveWriter(path, tokenizer_name, dtype.itemsize, save_loss_metadata=masks)
     from streamload.formats.modalities import ModalitiesWriter
 
     return ModalitiesWriter(path, dtype.itemsize)
@@ -279,19 +314,27 @@ def open_output(
     *,
     dtype: np.dtype | None = None,
     tokenizer_name: str | None = None,
+    drop_masks: bool = False,
+    assume_trained: bool = False,
 ) -> StagedWriter:
     """:func:`open_writer` for converting ``catalog``: a folder given for a single-file
-    target gets the format's default name, and the dtype defaults to the sources' common one.
+    target gets the format's default name, the dtype defaults to the sources' common one,
+    and the output has loss masks when the sources have them
+    (:func:`~streamload.tools.masks.wants_masks`: ``drop_masks``, ``assume_trained``).
 
     Raises:
-        ConfigError: a bad destination or dtype (before anything is written).
+        ConfigError: a bad destination or dtype, or sources of which only some have a loss
+            mask (before anything is written).
         StreamloadError: the staging folder could not be written.
     """
+    masks = wants_masks(catalog.shards, drop_masks=drop_masks, assume_trained=assume_trained)
     if dtype is None:
         dtype = np.result_type(*{np.dtype(s.dtype).newbyteorder("=") for s in catalog.shards})
     destination = default_destination(fmt, _local(destination))
     try:
-        return open_writer(fmt, destination, np.dtype(dtype), tokenizer_name=tokenizer_name)
+        return open_writer(
+            fmt, destination, np.dtype(dtype), tokenizer_name=tokenizer_name, masks=masks
+        )
     except OSError as exc:
         raise _write_failed(exc, destination) from exc
 
@@ -340,9 +383,14 @@ def _copy_shard(
     progress: Callable[[int, int], Any] | None,
 ) -> None:
     shard = open_shard(info)
-    for number, doc in enumerate(iter_documents(shard, document_bounds(shard, eos_token_id))):
+    bounds = document_bounds(shard, eos_token_id)
+    masks = iter_documents(mask_reader(info), bounds) if getattr(writer, "masks", False) else None
+    for number, doc in enumerate(iter_documents(shard, bounds)):
         try:
-            writer.add_document(np.asarray(doc))
+            if masks is None:
+                writer.add_document(np.asarray(doc))
+            else:
+                writer.add_document(np.asarray(doc), loss_mask=np.asarray(next(masks)))  # type: ignore[call-arg]
         except ConfigError as exc:
             raise ConfigError(f"{info.path}: document {number}: {exc}") from exc
         stats.documents += 1
