@@ -19,6 +19,7 @@ from streamload.cli import (
     merge,
     plan,
     samples,
+    show,
     tokenize,
     validate,
 )
@@ -26,7 +27,19 @@ from streamload.errors import StreamloadError
 
 __all__ = ["main"]
 
-_COMMANDS = (samples, demo, inspect, docs, validate, convert, merge, index, plan, tokenize)
+_COMMANDS = (
+    samples,
+    show,
+    demo,
+    inspect,
+    docs,
+    validate,
+    convert,
+    merge,
+    index,
+    plan,
+    tokenize,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

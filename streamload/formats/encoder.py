@@ -43,7 +43,7 @@ def load_tokenizer(path: str) -> Any:
         from tokenizers import Tokenizer
     except ImportError as exc:  # pragma: no cover - the dev venv has it
         raise ConfigError(
-            "streamload tokenize needs the 'tokenizers' library: "
+            "encoding or decoding text needs the 'tokenizers' library: "
             "pip install 'streamload[tokenizers]'"
         ) from exc
     if not os.path.isfile(path):
