@@ -99,7 +99,9 @@ def expected_labels(unmasked: np.ndarray) -> np.ndarray:
     return out
 
 
-def assert_masked_as_files(cfg: dict[str, Any], set_none: Callable[[dict[str, Any]], None], **kw: Any) -> None:
+def assert_masked_as_files(
+    cfg: dict[str, Any], set_none: Callable[[dict[str, Any]], None], **kw: Any
+) -> None:
     got = batches(cfg, **kw)
     bare = {**cfg, "sources": [dict(s) for s in cfg["sources"]]}
     set_none(bare)
@@ -146,8 +148,12 @@ def test_olmo_core_masks_in_every_window_mode(
 
 def test_datatrove_loss_with_process_workers(tmp_path: Path) -> None:
     write_datatrove(tmp_path / "dt", 2000)
-    cfg = {"seq_len": 32, "seed": 1, "eos_token_id": EOS,
-           "sources": [{"name": "dt", "path": str(tmp_path / "dt")}]}  # fmt: skip
+    cfg = {
+        "seq_len": 32,
+        "seed": 1,
+        "eos_token_id": EOS,
+        "sources": [{"name": "dt", "path": str(tmp_path / "dt")}],
+    }
     options = LoaderOptions(worker_type="process")
     assert_masked_as_files(cfg, _all_none, num_workers=2, options=options)
 
@@ -159,8 +165,12 @@ def test_megatron_mode_masks(tmp_path: Path) -> None:
         "seed": 5,
         "eos_token_id": EOS,
         "sources": [{"name": "m", "path": str(path)}],
-        "sampling": {"mode": "megatron", "num_samples": 64, "split": "100,0,0",
-                     "cache_dir": str(tmp_path / "cache")},  # fmt: skip
+        "sampling": {
+            "mode": "megatron",
+            "num_samples": 64,
+            "split": "100,0,0",
+            "cache_dir": str(tmp_path / "cache"),
+        },
         "packing": {"masks": True},
     }
     assert_masked_as_files(cfg, _all_none)
@@ -178,9 +188,14 @@ def test_mixture_masks_only_the_source_with_masks(tmp_path: Path) -> None:
         "global_batch_size": 8,
         "sources": [
             _olmo_source(tmp_path / "sft", weight=0.5),
-            {"name": "plain", "path": str(plain), "format": "raw", "dtype": "uint16",
-             "weight": 0.5},
-        ],  # fmt: skip
+            {
+                "name": "plain",
+                "path": str(plain),
+                "format": "raw",
+                "dtype": "uint16",
+                "weight": 0.5,
+            },
+        ],
         "sampling": {"num_samples": 64},
     }
     got = batches(cfg, batch_size=8)
@@ -198,8 +213,12 @@ def test_named_masks_pair_in_listing_order(tmp_path: Path) -> None:
     masks.mkdir()
     for i in range(2):  # moved elsewhere, renamed: found only because the config names them
         (tmp_path / "sft" / f"labels_mask_part_{i:04d}.npy").rename(masks / f"m{i}.bin")
-    cfg = {"seq_len": 16, "seed": 0, "eos_token_id": EOS,
-           "sources": [_olmo_source(tmp_path / "sft", label_masks=str(masks / "m*.bin"))]}  # fmt: skip
+    cfg = {
+        "seq_len": 16,
+        "seed": 0,
+        "eos_token_id": EOS,
+        "sources": [_olmo_source(tmp_path / "sft", label_masks=str(masks / "m*.bin"))],
+    }
     assert_masked_as_files(cfg, _all_none)
 
 
@@ -220,8 +239,11 @@ def test_wrong_mask_size_names_both_files(tmp_path: Path) -> None:
     mask = tmp_path / "sft" / "labels_mask_part_0000.npy"
     mask.write_bytes(mask.read_bytes()[:-3])
     cfg = {"seq_len": 16, "sources": [_olmo_source(tmp_path / "sft")]}
-    with pytest.raises(FormatError, match=r"labels_mask_part_0000\.npy: 397 bytes, but it is the "
-                       r"loss mask of .*token_ids_part_0000\.npy, which holds 400 tokens"):  # fmt: skip
+    with pytest.raises(
+        FormatError,
+        match=r"labels_mask_part_0000\.npy: 397 bytes, but it is the "
+        r"loss mask of .*token_ids_part_0000\.npy, which holds 400 tokens",
+    ):
         build_loader(cfg, batch_size=2)
 
 
@@ -240,8 +262,12 @@ def test_bad_label_masks_values(tmp_path: Path, value: Any) -> None:
         build_loader(cfg, batch_size=2)
 
 
-@settings(max_examples=12, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(
     sizes=st.lists(st.integers(40, 400), min_size=1, max_size=4),
     seq_len=st.sampled_from([7, 16, 33]),
@@ -260,12 +286,19 @@ def test_masks_follow_the_files_for_any_corpus(
     sampling: dict[str, Any] = {"mode": mode, "cross_shard": cross_shard}
     if mode != "concat":
         sampling = {"mode": mode, "long_documents": "split"}
-    cfg = {"seq_len": seq_len, "seed": 4, "eos_token_id": EOS, "pad_token_id": 1,
-           "sources": [_olmo_source(folder)], "sampling": sampling}  # fmt: skip
+    cfg = {
+        "seq_len": seq_len,
+        "seed": 4,
+        "eos_token_id": EOS,
+        "pad_token_id": 1,
+        "sources": [_olmo_source(folder)],
+        "sampling": sampling,
+    }
     if (sum(sizes) if cross_shard else max(sizes)) <= seq_len + 1 and mode == "concat":
         return
     got = batches(cfg, count=3, batch_size=2)
-    ref = batches({**cfg, "sources": [_olmo_source(folder, label_masks="none")]}, count=3,
-                  batch_size=2)  # fmt: skip
+    ref = batches(
+        {**cfg, "sources": [_olmo_source(folder, label_masks="none")]}, count=3, batch_size=2
+    )
     for mine, theirs in zip(got, ref, strict=True):
         assert np.array_equal(mine["labels"], expected_labels(theirs["labels"]))
