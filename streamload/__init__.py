@@ -41,6 +41,7 @@ from streamload.errors import (
 
 if TYPE_CHECKING:
     from streamload.dataset import StreamDataset
+    from streamload.distributed import ModelParallel
     from streamload.loader import (
         LoaderOptions,
         StreamLoader,
@@ -57,6 +58,7 @@ __version__ = "0.1.0"
 # use, so `import streamload` (the CLI, its tokenizing workers) stays light.
 _LAZY = {
     "LoaderOptions": "streamload.loader",
+    "ModelParallel": "streamload.distributed",
     "RankSpec": "streamload.plan.partition",
     "SampleStream": "streamload.streams.interface",
     "StreamDataset": "streamload.dataset",
@@ -133,6 +135,7 @@ __all__ = [
     "FormatError",
     "LoaderOptions",
     "LongDocuments",
+    "ModelParallel",
     "PackingConfig",
     "RankSpec",
     "RemoteReadError",

@@ -26,7 +26,7 @@ from torchdata.nodes import BaseNode, PinMemory
 
 from streamload.config import DataConfig, load_config
 from streamload.config.loader_args import LoaderOptions, WorkerType, check_loader_args
-from streamload.distributed import resolve_data_parallel
+from streamload.distributed import ModelParallel, resolve_data_parallel
 from streamload.nodes.map_stage import MapStage
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.materialize import Materialize, count_delivered_skips
@@ -360,6 +360,7 @@ def build_loader(
     options: LoaderOptions | None = None,
     split: str | None = None,
     shuffle: bool | None = None,
+    model_parallel: ModelParallel | Mapping[str, Any] | None = None,
 ) -> StreamLoader:
     """Build this rank's loader from a config file, mapping or :class:`DataConfig`.
 
@@ -373,23 +374,27 @@ def build_loader(
     Args:
         config: TOML/YAML/JSON path, mapping, or DataConfig.
         batch_size: Per-rank batch size b (a global batch holds ``world_size * b`` samples).
-        rank: DP rank (default: from ``mesh`` or ``torch.distributed``, else 0).
+        rank: DP rank (default: from ``mesh``, ``model_parallel`` or ``torch.distributed``,
+            else 0).
         world_size: DP size (default: likewise, else 1).
         num_workers: Loader workers.
-        mesh: 1-D data-parallel ``DeviceMesh`` (e.g. ``mesh["dp"]``).
+        mesh: A ``DeviceMesh``: the DP one (``mesh["dp"]``), or one with named dimensions
+            whose DP ones are picked by name (docs/torchtitan.md).
         options: Worker type, prefetch, pinning, chunk size.
         split: ``"train"``, ``"valid"`` or ``"test"``: an evaluation loader over that split
             of ``sampling.split`` (``None``: the training loader of the config's
             ``split_name``).
         shuffle: Evaluation loaders only: visit the split in its first epoch's keyed
             permutation instead of storage order (not in megatron mode).
+        model_parallel: TP/CP/PP sizes of the global group when there is no mesh
+            (``ModelParallel(tp=2)`` or ``{"tp": 2}``).
 
     Raises:
         ConfigError: invalid config or arguments.
         FormatError: a shard is corrupt or unreadable as configured.
     """
     cfg = evaluation_config(load_config(config), split, shuffle)
-    r, w = resolve_data_parallel(rank, world_size, mesh)
+    r, w = resolve_data_parallel(rank, world_size, mesh, model_parallel)
     opts = check_loader_args(  # before any listing, header read or worker start
         cfg, batch_size=batch_size, rank=r, world_size=w, num_workers=num_workers, options=options
     )

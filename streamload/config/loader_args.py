@@ -58,6 +58,7 @@ CHUNK_BATCHES_LIMIT = 4096
 LOADER_ARGUMENTS = (
     "batch_size",
     "mesh",
+    "model_parallel",
     "num_workers",
     "options",
     "rank",

@@ -1,0 +1,302 @@
+"""streamload as torchtitan's data loader: its builder call, its batches, a DCP state any DP
+degree resumes.
+
+torchtitan (0.1 to 0.3, ``torchtitan/components/dataloader.py`` and the trainer) asks of a
+data loader:
+
+* **a builder** called with ``dp_world_size``, ``dp_rank`` and ``tokenizer``, plus
+  ``job_config`` (0.1-0.2: ``TrainSpec.build_dataloader_fn``) or ``seq_len``,
+  ``local_batch_size`` and ``snapshot_every_n_steps`` (0.3: ``config.dataloader.build(...)``).
+  The DP rank and size are those of torchtitan's flattened ``dp_replicate`` × ``dp_shard``
+  mesh, so TP/PP/CP peers of a DP rank get identical batches;
+* **batches** ``(input_dict, labels)``: ``input_dict["input"]`` the ``[b, seq_len]`` int64
+  tokens, each other key of ``input_dict`` a keyword argument of the model's forward
+  (``positions``: per-document positions, from which torchtitan's flex/varlen attention builds
+  block-causal masks), ``labels`` ``[b, seq_len]`` int64 with -100 for untrained tokens;
+* **a DCP ``Stateful``**: the checkpointer saves ``{"dataloader": loader, "model": ...}``
+  with ``dcp.save`` on every rank and restores it with ``dcp.load``.
+
+torchtitan's own ``ParallelAwareDataloader`` keys its state by rank (``{"dp_rank_<r>": ...,
+"world_size": W}``) and asserts the same DP degree when loading: saved at DP 2, the ranks 2
+and 3 of a DP-4 job find no entry of theirs in the checkpoint (DCP: missing key), and a DP-1
+job stops at its assertion. :class:`TorchtitanLoader` saves one key, :attr:`STATE_KEY`, the
+same on every rank (the global sample cursor, ``docs/design.md`` §2.8), which DCP writes once
+and every rank of any DP degree, worker count or batch size reads to continue on exactly the
+next sample.
+
+Example (torchtitan 0.3)::
+
+    from streamload.integrations.torchtitan import TorchtitanDataConfig
+    config.dataloader = TorchtitanDataConfig(data="data.toml", num_workers=2)
+
+(torchtitan 0.1-0.2: ``TrainSpec(..., build_dataloader_fn=TorchtitanDataConfig(
+data="data.toml").build)``.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from streamload.config import DataConfig, load_config
+from streamload.config.loader_args import LoaderOptions
+from streamload.errors import ConfigError, StateError
+from streamload.loader import Batch, StreamLoader, build_loader
+
+__all__ = [
+    "STATE_KEY",
+    "TorchtitanBatch",
+    "TorchtitanDataConfig",
+    "TorchtitanLoader",
+    "build_torchtitan_dataloader",
+    "to_torchtitan_batch",
+]
+
+STATE_KEY = "streamload"
+"""The one key of :meth:`TorchtitanLoader.state_dict`, the same on every rank."""
+
+TorchtitanBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
+"""``(input_dict, labels)``, what torchtitan's training loop unpacks from each batch."""
+
+ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | DataConfig
+
+
+def to_torchtitan_batch(batch: Batch) -> TorchtitanBatch:
+    """``({"input": input_ids[, "positions": position_ids]}, labels)`` of a streamload batch.
+
+    ``positions`` is there when the config has ``packing.masks = true``. The batch's other
+    fields (``sample_index``, ``source_ids``, masks) are left out: torchtitan passes every
+    key of ``input_dict`` but ``input`` to the model's forward.
+    """
+    inputs = {"input": batch["input_ids"]}
+    if "position_ids" in batch:
+        inputs["positions"] = batch["position_ids"]
+    return inputs, batch["labels"]
+
+
+class TorchtitanLoader:
+    """A :class:`streamload.StreamLoader` in torchtitan's data loader contract.
+
+    Args:
+        loader: This DP rank's loader.
+        infinite: Go on with the next pass when one ends (torchtitan's ``infinite``, its
+            default): the loop ends only with the stream (a source's ``stop`` policy) or a
+            pass with no batch. False: one pass per ``iter()``.
+
+    State:
+        ``streamload`` (:data:`STATE_KEY`): the loader's state (``docs/design.md`` §2.8) as
+        one JSON string, equal on every rank. One string, not the nested state: DCP makes
+        one checkpoint entry per leaf of a nested state and demands every entry of the
+        loading side's from the checkpoint, so a state of another format version or source
+        list would fail inside DCP as a missing key, never reaching the state's upgraders
+        or the ``StateError`` that names the difference.
+    """
+
+    STATE_KEY = STATE_KEY
+
+    def __init__(self, loader: StreamLoader, *, infinite: bool = True) -> None:
+        if not isinstance(infinite, bool):
+            raise ConfigError(f"infinite = {infinite!r}: expected True or False")
+        self.loader = loader
+        self.infinite = infinite
+
+    @property
+    def dp_rank(self) -> int:
+        """This loader's data-parallel rank."""
+        return self.loader.rank.rank
+
+    @property
+    def dp_world_size(self) -> int:
+        """The data-parallel size."""
+        return self.loader.rank.world_size
+
+    def __iter__(self) -> Iterator[TorchtitanBatch]:
+        while True:
+            delivered = 0
+            for batch in self.loader:
+                delivered += 1
+                yield to_torchtitan_batch(batch)
+            if not self.infinite or delivered == 0 or self.loader.stats()["ended_by"]:
+                return
+
+    def state_dict(self) -> dict[str, str]:
+        """``{STATE_KEY: the loader's state as JSON}``, the same on every rank."""
+        state = self.loader.state_dict()
+        return {STATE_KEY: json.dumps(state, sort_keys=True, separators=(",", ":"))}
+
+    def load_state_dict(
+        self, state: Mapping[str, Any], *, ignore_fingerprint_mismatch: bool = False
+    ) -> None:
+        """Continue at the saved position, whatever DP degree saved it.
+
+        Args:
+            state: ``{STATE_KEY: JSON string}`` as :meth:`state_dict` makes it (the loader's
+                state as a mapping is accepted too).
+            ignore_fingerprint_mismatch: As :meth:`streamload.StreamLoader.load_state_dict`.
+
+        Raises:
+            StateError: not such a mapping (a torchtitan ``ParallelAwareDataloader`` state
+                is named as one), unparsable JSON, or a state the loader refuses.
+        """
+        self.loader.load_state_dict(
+            _saved_state(state), ignore_fingerprint_mismatch=ignore_fingerprint_mismatch
+        )
+
+    def close(self) -> None:
+        """Stop the loader's workers (see :meth:`streamload.StreamLoader.close`)."""
+        self.loader.close()
+
+    def __enter__(self) -> TorchtitanLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _saved_state(state: Any) -> Mapping[str, Any]:
+    """The loader state inside a :meth:`TorchtitanLoader.state_dict`-made mapping."""
+    if not isinstance(state, Mapping):
+        raise StateError(
+            f"torchtitan loader state is of type {type(state).__name__}; expected a mapping "
+            f"{{'{STATE_KEY}': <JSON string>}}"
+        )
+    keys = sorted(str(key) for key in state)
+    if keys != [STATE_KEY]:
+        per_rank = [key for key in keys if key.startswith("dp_rank_")]
+        what = (
+            f"a torchtitan ParallelAwareDataloader state (per-rank keys {per_rank}), which "
+            "only the dataset that saved it can resume"
+            if per_rank
+            else "not a streamload state"
+        )
+        raise StateError(
+            f"torchtitan loader state has keys {keys}: {what}; expected ['{STATE_KEY}']"
+        )
+    value = state[STATE_KEY]
+    if isinstance(value, Mapping):
+        return value
+    if not isinstance(value, str):
+        raise StateError(
+            f"torchtitan loader state['{STATE_KEY}'] is of type {type(value).__name__}; expected "
+            "the JSON string state_dict() saved"
+        )
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise StateError(
+            f"torchtitan loader state['{STATE_KEY}'] is not JSON ({exc}): {value[:80]!r}"
+        ) from None
+    if not isinstance(parsed, Mapping):
+        raise StateError(
+            f"torchtitan loader state['{STATE_KEY}'] holds JSON of type {type(parsed).__name__}; "
+            "expected a JSON object"
+        )
+    return parsed
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchtitanDataConfig:
+    """torchtitan's ``config.dataloader`` (0.3) for streamload; its ``build`` is also a
+    ``TrainSpec.build_dataloader_fn`` (0.1-0.2).
+
+    Args:
+        data: The streamload config: TOML/YAML/JSON path, mapping or :class:`DataConfig`.
+            Its ``seq_len`` must equal torchtitan's ``training.seq_len``.
+        num_workers: Loader workers per rank.
+        infinite: See :class:`TorchtitanLoader`.
+        options: Worker type, prefetch, pinning, chunk size.
+    """
+
+    data: ConfigSource
+    num_workers: int = 0
+    infinite: bool = True
+    options: LoaderOptions | None = None
+
+    def __post_init__(self) -> None:
+        # num_workers and options are checked by build_loader, with the config
+        if not isinstance(self.infinite, bool):
+            raise ConfigError(f"infinite = {self.infinite!r}: expected True or False")
+
+    def build(
+        self,
+        *,
+        dp_world_size: int,
+        dp_rank: int,
+        tokenizer: Any = None,
+        seq_len: int | None = None,
+        local_batch_size: int | None = None,
+        job_config: Any = None,
+        snapshot_every_n_steps: int | None = None,
+    ) -> TorchtitanLoader:
+        """:func:`build_torchtitan_dataloader` of this config (torchtitan's builder call)."""
+        return build_torchtitan_dataloader(
+            self,
+            dp_world_size=dp_world_size,
+            dp_rank=dp_rank,
+            tokenizer=tokenizer,
+            seq_len=seq_len,
+            local_batch_size=local_batch_size,
+            job_config=job_config,
+            snapshot_every_n_steps=snapshot_every_n_steps,
+        )
+
+
+def build_torchtitan_dataloader(
+    config: TorchtitanDataConfig,
+    *,
+    dp_world_size: int,
+    dp_rank: int,
+    tokenizer: Any = None,
+    seq_len: int | None = None,
+    local_batch_size: int | None = None,
+    job_config: Any = None,
+    snapshot_every_n_steps: int | None = None,
+) -> TorchtitanLoader:
+    """This DP rank's loader, called as torchtitan calls a data loader builder.
+
+    Args:
+        config: The streamload config and loader settings.
+        dp_world_size: torchtitan's DP degree (``dp_replicate * dp_shard``).
+        dp_rank: This rank's DP rank.
+        tokenizer: Unused: the data is tokenized already.
+        seq_len: torchtitan's ``training.seq_len`` (0.3); checked against the config's.
+        local_batch_size: Samples per rank and batch (0.3).
+        job_config: torchtitan's ``JobConfig`` (0.1-0.2): ``training.seq_len`` and
+            ``training.local_batch_size`` are read from it when not given.
+        snapshot_every_n_steps: Unused: the state is exact after every batch.
+
+    Raises:
+        ConfigError: no batch size, a ``seq_len`` other than the config's, or what
+            :func:`streamload.build_loader` refuses.
+    """
+    del tokenizer, snapshot_every_n_steps  # pre-tokenized data; an O(1) state every step
+    training = getattr(job_config, "training", None)
+    if seq_len is None:
+        seq_len = getattr(training, "seq_len", None)
+    if local_batch_size is None:
+        local_batch_size = getattr(training, "local_batch_size", None)
+    if local_batch_size is None:
+        raise ConfigError(
+            "torchtitan loader: no local_batch_size (pass it, or a job_config with "
+            "training.local_batch_size)"
+        )
+    data = load_config(config.data)
+    if seq_len is not None and seq_len != data.seq_len:
+        raise ConfigError(
+            f"torchtitan trains seq_len = {seq_len!r} but the streamload config has seq_len = "
+            f"{data.seq_len}; set them equal"
+        )
+    loader = build_loader(
+        data,
+        batch_size=local_batch_size,
+        rank=dp_rank,
+        world_size=dp_world_size,
+        num_workers=config.num_workers,
+        options=config.options,
+    )
+    return TorchtitanLoader(loader, infinite=config.infinite)
