@@ -31,4 +31,3 @@ def catalog_from_args(
 def open_all(catalog: SourceCatalog) -> list[TokenShard]:
     """Open every shard of a catalog."""
     return [open_shard(info) for info in catalog.shards]
-
