@@ -144,6 +144,29 @@ def ensure_corpus(
     return [str(p) for p in paths]
 
 
+def ensure_loss_masks(paths: Sequence[str], pattern: str = "spans") -> list[str]:
+    """A loss-mask file per shard in a folder beside the corpus (written once, seeded), one
+    byte per token. ``spans``: what SFT data holds, runs of untrained (prompt) and trained
+    (answer) tokens, geometric with means 100 and 400; ``random``: each token untrained with
+    probability 0.1 (a worst case: the masking's branches are unpredictable)."""
+    out = []
+    for i, path in enumerate(paths):
+        folder = Path(path).parent
+        mask = folder.with_name(f"{folder.name}-masks-{pattern}") / Path(path).name
+        if not mask.exists():
+            mask.parent.mkdir(parents=True, exist_ok=True)
+            count = int(np.load(path, mmap_mode="r").shape[0])
+            rng = np.random.default_rng(i)
+            if pattern == "random":
+                flags = rng.random(count) >= 0.1
+            else:
+                runs = rng.geometric(np.tile([1 / 100, 1 / 400], count // 250 + 1))
+                flags = np.repeat(np.arange(runs.size) % 2 == 1, runs)[:count]
+            flags.astype(np.uint8).tofile(mask)
+        out.append(str(mask))
+    return out
+
+
 def bench_config(
     paths: Sequence[str],
     *,

@@ -18,9 +18,16 @@ Cases:
 * ``peer``: ``torch.utils.data.DataLoader`` over a map-style memmap dataset (one
   ``__getitem__`` per sample, default collate), the typical hand-written loader.
 
+With ``--loss-masks off,on`` each loader case also runs with a loss-mask file per shard (one
+byte per token, named by ``label_masks``: SFT-like spans of untrained and trained tokens, or
+with ``--loss-mask-pattern random`` scattered zeros; docs/formats.md "Loss masks"),
+and the table shows its ratio to the same case without masks (issue 17's bar: 0.9). Every
+batch carries ``source_ids`` in both.
+
 Example:
     python benchmarks/throughput.py --repeats 5 --tokens 64e6
     python benchmarks/throughput.py --modes concat,packed --masks on --no-peer --repeats 5
+    python benchmarks/throughput.py --loss-masks off,on --masks off,on --no-peer --repeats 5
 """
 
 from __future__ import annotations
@@ -42,6 +49,7 @@ from _common import (
     bench_config,
     emit,
     ensure_corpus,
+    ensure_loss_masks,
     int_list,
     median,
     str_list,
@@ -67,13 +75,20 @@ class Case:
     num_workers: int = 0
     worker_type: str = "thread"
     mode: str = "concat"  # sampling.mode of a "streamload" case
+    loss_masks: bool = False  # a loss-mask file per shard (label_masks)
 
     @property
     def label(self) -> str:
         workers = f"{self.num_workers} {self.worker_type}" if self.num_workers else "0"
         masks = "on" if self.masks else "off"
         mode = f" {self.mode}" if self.kind == "streamload" else ""
-        return f"{self.kind}{mode} b={self.batch_size} masks={masks} workers={workers}"
+        loss = " loss-masks" if self.loss_masks else ""
+        return f"{self.kind}{mode} b={self.batch_size} masks={masks} workers={workers}{loss}"
+
+    @property
+    def unmasked_twin(self) -> Case:
+        """The same case without loss-mask files."""
+        return replace(self, loss_masks=False)
 
     @property
     def concat_twin(self) -> Case:
@@ -191,11 +206,14 @@ def measure(
 def case_config(
     paths: Sequence[str], args: argparse.Namespace, case: Case, samples: int
 ) -> dict[str, Any]:
-    """The loader config of a case: the benchmark config, plus packed mode's pad id."""
+    """The loader config of a case: the benchmark config, plus packed mode's pad id and the
+    loss-mask files."""
     config = bench_config(paths, seq_len=args.seq_len, masks=case.masks, num_samples=samples)
     if case.mode != "concat":
         config["sampling"]["mode"] = case.mode
         config["pad_token_id"] = PAD_TOKEN_ID
+    if case.loss_masks:
+        config["sources"][0]["label_masks"] = ensure_loss_masks(paths, args.loss_mask_pattern)
     return config
 
 
@@ -207,7 +225,8 @@ def make_cases(args: argparse.Namespace) -> list[Case]:
         cases.append(Case("raw", b))
         for masks in args.masks:
             for w, t in workers:
-                cases += [Case("streamload", b, masks, w, t, mode) for mode in args.modes]
+                for loss in args.loss_masks:
+                    cases += [Case("streamload", b, masks, w, t, m, loss) for m in args.modes]
         if args.peer and b in args.peer_batch_sizes:
             cases += [Case("peer", b, False, w, "process") for w in args.num_workers]
     return cases
@@ -233,6 +252,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=str_list,
         default=["concat"],
         help="sampling modes of the loader cases: concat,packed",
+    )
+    parser.add_argument(
+        "--loss-masks",
+        type=lambda t: [v == "on" for v in t.split(",")],
+        default=[False],
+        help="off,on: loader cases without/with a loss-mask file per shard",
+    )
+    parser.add_argument(
+        "--loss-mask-pattern",
+        choices=["spans", "random"],
+        default="spans",
+        help="the masks' zeros: SFT-like spans (default) or scattered tokens (a worst case)",
     )
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--peer-batch-sizes", type=int_list, default=[8])
@@ -295,9 +326,11 @@ def data_shares(paths: Sequence[str], args: argparse.Namespace, samples: int) ->
 def columns(args: argparse.Namespace) -> list[Column]:
     """The table's columns; the mode columns only when a mode other than concat runs."""
     modes = args.modes != ["concat"]
+    loss = True in args.loss_masks
     return [
         ("case", "case", ""),
         *([("mode", "mode", "")] if modes else []),
+        *([("loss_masks", "mask files", "")] if loss else []),
         ("batch_size", "batch", "d"),
         ("masks", "masks", ""),
         ("workers", "workers", ""),
@@ -306,6 +339,7 @@ def columns(args: argparse.Namespace) -> list[Column]:
         *([("data_mtok_s", "data Mtok/s", ".1f")] if modes else []),
         ("ratio", "ratio to raw", ".2f"),
         *([("vs_concat", "packed / concat", ".2f")] if modes else []),
+        *([("vs_unmasked", "with / without mask files", ".2f")] if loss else []),
     ]
 
 
@@ -320,6 +354,7 @@ def table_rows(
         values = rates[case]
         loader = case.kind == "streamload"
         twin = rates.get(case.concat_twin) if loader and case.mode != "concat" else None
+        bare = rates.get(case.unmasked_twin) if case.loss_masks else None
         rows.append(
             {
                 "case": case.kind,
@@ -332,6 +367,8 @@ def table_rows(
                 "data_mtok_s": median(values) * shares[case.mode] / 1e6 if loader else None,
                 "ratio": median(values) / raw[case.batch_size] if case.batch_size in raw else None,
                 "vs_concat": median(values) / median(twin) if twin else None,
+                "loss_masks": ("on" if case.loss_masks else "off") if loader else None,
+                "vs_unmasked": median(values) / median(bare) if bare else None,
                 "runs_tok_s": [round(v) for v in values],
             }
         )
@@ -348,6 +385,12 @@ def notes(args: argparse.Namespace, paths: Sequence[str], shares: dict[str, floa
         "Ratio = median tokens/s / median of the raw baseline at the same batch size (the raw "
         "baseline builds no masks, so masks=on rows include the cost of the masks).",
     ]
+    if True in args.loss_masks:
+        out.append(
+            f"mask files: a loss-mask file per shard ({args.loss_mask_pattern} zeros), named by "
+            "label_masks; with / without = median / median of the same case without them, same "
+            "run. Every batch carries source_ids in both."
+        )
     for mode in args.modes:
         if mode != "concat":
             out.append(

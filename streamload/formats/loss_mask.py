@@ -58,14 +58,17 @@ def mask_shard(info: ShardInfo) -> ShardInfo:
 
 
 class AllTrained:
-    """The mask of a shard without a mask file: every token trained (no file is opened)."""
+    """The mask of a shard without a mask file: every token trained (no file is opened;
+    slices are read-only views of a single byte, so a whole-shard slice costs nothing)."""
+
+    remote_array = None  # read like a mapped shard: slices, no range reads
 
     def __init__(self, info: ShardInfo) -> None:
         self.info = info
 
     def tokens(self, start: int, stop: int) -> np.ndarray:
         start, stop = max(0, start), min(stop, self.info.num_tokens)
-        return np.ones(max(0, stop - start), dtype=MASK_DTYPE)
+        return np.broadcast_to(np.ones(1, dtype=MASK_DTYPE), (max(0, stop - start),))
 
     def document_bounds(self) -> np.ndarray | None:
         return None

@@ -91,7 +91,9 @@ def mask_untrained(labels: np.ndarray, loss_mask: np.ndarray) -> None:
     Trace, L = 4, labels ``[[5, 6, 7, 8]]``, loss_mask ``[[0, 0, 1, 1, 0]]`` (a prompt of two
     tokens, then a trained answer, then an untrained token) → ``[[-100, 6, 7, -100]]``.
     """
-    labels[loss_mask[:, 1:] == 0] = IGNORE_INDEX
+    untrained = loss_mask[:, 1:] == 0
+    if untrained.any():  # rows of sources without masks are all ones
+        np.copyto(labels, IGNORE_INDEX, where=untrained)
 
 
 def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
