@@ -36,6 +36,8 @@ __all__ = [
 
 IGNORE_INDEX = -100
 """Label value that ``torch.nn.CrossEntropyLoss`` skips."""
+_MASK_BLOCK = 1 << 16
+"""Labels marked per step of :func:`mask_untrained` (64 Ki: its bool scratch fits in L2)."""
 
 
 def starts_from_eos(tokens: np.ndarray, eos_token_id: int) -> np.ndarray:
@@ -91,9 +93,15 @@ def mask_untrained(labels: np.ndarray, loss_mask: np.ndarray) -> None:
     Trace, L = 4, labels ``[[5, 6, 7, 8]]``, loss_mask ``[[0, 0, 1, 1, 0]]`` (a prompt of two
     tokens, then a trained answer, then an untrained token) → ``[[-100, 6, 7, -100]]``.
     """
-    untrained = loss_mask[:, 1:] == 0
-    if untrained.any():  # rows of sources without masks are all ones
-        np.copyto(labels, IGNORE_INDEX, where=untrained)
+    # In blocks of rows: the comparison's scratch stays in cache and is reused, where one
+    # chunk-sized bool array (about a million tokens) costs fresh pages on every chunk.
+    rows = max(1, _MASK_BLOCK // max(1, labels.shape[1]))
+    scratch = np.empty((min(rows, labels.shape[0]), labels.shape[1]), dtype=bool)
+    for first in range(0, labels.shape[0], rows):
+        block = loss_mask[first : first + rows, 1:]
+        untrained = np.equal(block, 0, out=scratch[: block.shape[0]])
+        if untrained.any():  # rows of sources without masks are all ones
+            np.copyto(labels[first : first + rows], IGNORE_INDEX, where=untrained)
 
 
 def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:

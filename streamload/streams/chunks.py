@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ChunkPlan", "TokenChunk", "new_loss_mask", "source_window_starts"]
+__all__ = ["ChunkPlan", "TokenChunk", "new_loss_mask", "put_loss_mask", "source_window_starts"]
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,22 @@ class TokenChunk:
 
 
 def new_loss_mask(sources: Sequence[Any], shape: tuple[int, ...]) -> np.ndarray | None:
-    """An all-trained loss-mask block of ``shape`` to fill, when any of ``sources`` (each
-    with a ``loss_masks`` shard set or ``None``) has masks; else ``None``."""
+    """A loss-mask block of ``shape`` to fill row by row with :func:`put_loss_mask`, when
+    any of ``sources`` (each with a ``loss_masks`` shard set or ``None``) has masks; else
+    ``None``. Uninitialized: untouched memory costs no page until a row is written."""
     if all(getattr(s, "loss_masks", None) is None for s in sources):
         return None
-    return np.ones(shape, dtype=np.uint8)
+    return np.empty(shape, dtype=np.uint8)
+
+
+def put_loss_mask(block: np.ndarray, rows: np.ndarray, part: np.ndarray | None) -> np.ndarray:
+    """``block`` with its ``rows`` set to ``part`` (a source's mask rows; ``None``: a source
+    without masks, all trained). When the rows are the whole block, ``part`` itself is the
+    block (no copy)."""
+    if part is not None and rows.shape[0] == block.shape[0]:
+        return part
+    block[rows] = 1 if part is None else part
+    return block
 
 
 def source_window_starts(sources: Sequence[Any], src: np.ndarray, local: np.ndarray) -> np.ndarray:

@@ -38,6 +38,7 @@ from streamload.streams.chunks import (
     ChunkPlan,
     TokenChunk,
     new_loss_mask,
+    put_loss_mask,
     source_window_starts,
 )
 from streamload.streams.concat_source import ConcatSource
@@ -191,8 +192,8 @@ class ConcatStream:
             tokens[rows], starts[rows] = source.read(local[rows])
             if doc_starts is not None:
                 doc_starts[rows] = self._doc_starts(source, tokens[rows], starts[rows])
-            if loss_mask is not None and source.loss_masks is not None:
-                loss_mask[rows] = source.read_loss_mask(starts[rows])
+            if loss_mask is not None:
+                loss_mask = put_loss_mask(loss_mask, rows, source.read_loss_mask(starts[rows]))
         return TokenChunk(plan, tokens, starts, doc_starts, loss_mask=loss_mask)
 
     def _doc_starts(

@@ -27,7 +27,7 @@ from streamload.plan.megatron import GPTIndices, split_matrix
 from streamload.plan.megatron_layout import megatron_layout
 from streamload.plan.mixture import Phase
 from streamload.plan.partition import chunk_sample_ids, num_batches
-from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask
+from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask, put_loss_mask
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.megatron_indices import ALGORITHM, GPT_FIELDS, load_indices
 from streamload.streams.megatron_source import PAD_TOKEN, MegatronSource
@@ -184,8 +184,8 @@ class MegatronStream:
         for d, r in rows.items():
             parts[d], _, bad, mask = self.sources[d].read(local[r], width)
             skipped.append(r[bad])
-            if loss_mask is not None and mask is not None:
-                loss_mask[r] = mask
+            if loss_mask is not None:
+                loss_mask = put_loss_mask(loss_mask, r, mask)
         if len(parts) == 1:
             out = next(iter(parts.values()))
         else:

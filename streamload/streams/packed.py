@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from streamload.plan.packing import ALGORITHM, GROUP_SIZE
-from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask
+from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask, put_loss_mask
 from streamload.streams.concat import ConcatStream
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.packed_source import PackedSource
@@ -60,8 +60,8 @@ class PackedStream(ConcatStream):
             if doc_starts is not None:
                 doc_starts[rows] = block[3]
             skipped[rows] = block[4]
-            if loss_mask is not None and block[5] is not None:
-                loss_mask[rows] = block[5]
+            if loss_mask is not None:
+                loss_mask = put_loss_mask(loss_mask, rows, block[5])
         return TokenChunk(
             plan,
             tokens,
