@@ -46,7 +46,13 @@ from streamload.errors import ConfigError, StateError
 from streamload.nodes.materialize import Materialize
 from streamload.plan.partition import RankSpec
 from streamload.state import check_fingerprint
-from streamload.streams.cursor import StreamCursor, check_cursor, state_int, state_mapping
+from streamload.streams.cursor import (
+    StreamCursor,
+    check_cursor,
+    check_step_resume,
+    state_int,
+    state_mapping,
+)
 from streamload.streams.interface import SampleStream
 
 __all__ = ["MAX_WORKER_SLOTS", "StreamDataset"]
@@ -160,21 +166,30 @@ class StreamDataset(IterableDataset[Batch]):
         keys = (self.CURSOR_KEY, self.BATCH_KEY, self.FINGERPRINT_KEY)
         state = dict(state_mapping(state, "StreamDataset", keys))
         global_batch = self.rank.global_batch
-        cursor = StreamCursor.from_state(state[self.CURSOR_KEY], global_batch)
+        step = self.stream.config.grad_accum_steps * global_batch
+        cursor = StreamCursor.from_state(state[self.CURSOR_KEY], step)
         batch = state[self.BATCH_KEY]
         batch = None if batch is None else state_int(batch, self.BATCH_KEY)
         check_fingerprint(state[self.FINGERPRINT_KEY], self.stream.fingerprint(cursor), False)
         info = get_worker_info()
         workers = info.num_workers if info is not None else 1
         check_cursor(self.stream, cursor, slack=(workers - 1) * global_batch)
-        expected = 0 if batch is None else batch * global_batch
+        check_step_resume(cursor, step, global_batch, self.CURSOR_KEY)
+        expected, in_step = 0, 0
         if batch is not None and not self.stream.is_mixture:  # an evaluation pass ends at P
             start = self.stream.start(cursor.pass_index)
-            expected = self.stream.advance(start, batch, global_batch).sample
-        if cursor.sample != expected:
+            after = self.stream.advance(start, batch, global_batch)
+            expected, in_step = after.sample, after.in_step
+        elif batch is not None:
+            expected = batch * global_batch
+            in_step = expected % step
+        if (cursor.sample, cursor.in_step) != (expected, in_step):
+            steps = (
+                f" (in_step {cursor.in_step}, expected {in_step})" if step > global_batch else ""
+            )
             raise StateError(
                 f"state cursor.sample = {cursor.sample} disagrees with batch = {batch} of "
-                f"{global_batch} samples, which gives {expected}; the state was edited, or "
-                "saved with another global batch size (use StreamLoader to change it)"
+                f"{global_batch} samples, which gives {expected}{steps}; the state was edited, "
+                "or saved with another global batch size (use StreamLoader to change it)"
             )
         self._cursor, self._batch, self._pending = cursor, batch, (cursor, batch)

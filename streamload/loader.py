@@ -35,6 +35,7 @@ from streamload.nodes.split_batches import SplitBatches
 from streamload.plan.partition import RankSpec
 from streamload.remote.stats import RemoteStats, worker_totals
 from streamload.state import load_state, make_state
+from streamload.streams.cursor import check_step_resume
 from streamload.streams.evaluation import EvaluationStream, evaluation_config, evaluation_stream
 from streamload.streams.interface import SampleStream
 
@@ -103,12 +104,15 @@ class StreamLoader:
         # Only a source policy can end a stream early; others need no end-of-stream look-ahead.
         limits = any(source.limit is not None for source in stream.sources)
         self._limited = limits and not self.evaluation  # an evaluation pass ignores policies
+        # An optimizer step: grad_accum_steps global batches (micro-batches) of W·b samples.
+        self.step_batch = stream.config.grad_accum_steps * rank.global_batch
         length = stream.pass_length
-        dropped = 0 if length is None or self.evaluation else length % rank.global_batch
+        dropped = 0 if length is None or self.evaluation else length % self.step_batch
         if dropped and rank.rank == 0:
+            what = "a global batch" if self.step_batch == rank.global_batch else "an optimizer step"
             warnings.warn(
                 f"each pass of {length} samples ends with {dropped} samples that do "
-                f"not fill a global batch of {rank.global_batch}; they are dropped",
+                f"not fill {what} of {self.step_batch}; they are dropped",
                 stacklevel=3,
             )
 
@@ -138,8 +142,9 @@ class StreamLoader:
         self.close()
 
     def __len__(self) -> int:
-        """Batches per full pass for this rank (an evaluation loader: its padded last one
-        included).
+        """Batches (micro-batches) per full pass for this rank: whole optimizer steps of
+        ``grad_accum_steps`` batches each (an evaluation loader: every batch, its padded last
+        one included).
 
         Raises:
             TypeError: an endless mixture (no ``num_samples``) has no length.
@@ -212,7 +217,7 @@ class StreamLoader:
             cursor=self._cursor,
             batches=self._delivered,
             seq_len=self.stream.seq_len,
-            global_batch=self.rank.global_batch,
+            global_batch=self.step_batch,
             sources=self.stream.source_positions(self._cursor),
         )
 
@@ -220,6 +225,11 @@ class StreamLoader:
         self, state: Mapping[str, Any], *, ignore_fingerprint_mismatch: bool = False
     ) -> None:
         """Continue at the saved position; the next ``iter()`` yields the next sample's batch.
+
+        A state saved at an optimizer step boundary resumes with any world size, batch size
+        or ``grad_accum_steps``; one saved inside a step (between micro-batches) only with the
+        same step size (``global_batch_size``) and a ``world_size x batch_size`` that divides
+        the rest of the step (the step is finished, then the new sizes apply).
 
         The state is checked and normalized once; ``state_dict()`` then returns it as saved
         (with the ``batches`` count of the pass continuing from it).
@@ -229,11 +239,16 @@ class StreamLoader:
                 this stream cannot stand at (see ``state.py``); the loader is unchanged.
         """
         loaded = load_state(state, self.stream, ignore_fingerprint_mismatch)
+        check_step_resume(loaded.cursor, self.step_batch, self.rank.global_batch, "cursor")
         self._close()
         self._cursor, self._delivered, self._ended_by = loaded.cursor, loaded.batches, None
 
     def stats(self) -> dict[str, Any]:
         """Per-source samples, tokens, epochs and repetition so far (all ranks), and waiting.
+
+        ``batches`` counts the batches (micro-batches) delivered in this pass, ``steps`` the
+        optimizer steps completed in it (``grad_accum_steps`` batches each; a mixture's
+        ``cursor.step``), ``in_step`` the batches delivered of the step in progress.
 
         ``epochs`` counts a source's completed epochs; ``repetition`` is samples drawn per
         window (1.0 = each window seen once on average). ``wait_seconds`` is the time the
@@ -265,10 +280,21 @@ class StreamLoader:
         return {
             "sources": sources,
             "batches": self._delivered,
+            "steps": self._steps(),
+            "in_step": self._cursor.in_step // self.rank.global_batch,
             "wait_seconds": self._wait,
             "ended_by": self._ended_by,
             "storage": _storage_stats(self.stream),
         }
+
+    def _steps(self) -> int:
+        """Optimizer steps completed in this pass: a mixture counts them; otherwise they are
+        the pass's whole steps of this loader's size so far (exact unless the step size
+        changed inside the pass)."""
+        cursor = self._cursor
+        if cursor.mixture is not None:
+            return cursor.mixture.step
+        return (cursor.sample - cursor.in_step) // self.step_batch
 
     def _batch_bytes(self) -> int:
         """Upper bound of one batch's tensors in bytes (inputs, labels, index, masks)."""
@@ -373,7 +399,8 @@ def build_loader(
 
     Args:
         config: TOML/YAML/JSON path, mapping, or DataConfig.
-        batch_size: Per-rank batch size b (a global batch holds ``world_size * b`` samples).
+        batch_size: Per-rank batch size b (a global batch holds ``world_size * b`` samples;
+            an optimizer step ``grad_accum_steps`` global batches).
         rank: DP rank (default: from ``mesh``, ``model_parallel`` or ``torch.distributed``,
             else 0).
         world_size: DP size (default: likewise, else 1).

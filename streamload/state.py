@@ -16,13 +16,20 @@ Example (``num_samples`` unset, 2 windows of 4 consumed in epoch 1)::
 * ``sources``: per source, the index of its next sample in the source's own sequence of
   samples (``samples``; it counts across epochs) and that sample's data ``epoch``. Derived from
   ``epoch`` and ``cursor`` and checked against them on load.
-* ``global_batch_size``: informational; a loader with another global batch size may load the
+* ``global_batch_size``: samples per optimizer step (``grad_accum_steps × world_size ×
+  batch_size``); informational at a step boundary: a loader with another one may load the
   state and continues at exactly ``cursor.samples``.
-* Mixtures only: ``cursor.step`` (global batches so far) and ``schedule``
+* ``cursor.in_step`` (only inside an optimizer step, ``grad_accum_steps > 1``): samples of
+  the step in progress already delivered; that step holds ``global_batch_size`` samples, and
+  a loader continues there only with the same step size, in global batches (``world_size ×
+  batch_size``) that divide the step's rest (:func:`streamload.streams.cursor.check_step_resume`).
+* Mixtures only: ``cursor.step`` (optimizer steps completed) and ``schedule``
   (``phase_step``: where the current phase's accounting started, ``phase_drawn``: each
   source's count then, ``batch_sizes``: ``[first step, global batch size]`` of each run of
-  equal sizes). The per-source counts and ``schedule`` are derived from ``cursor.step`` and
-  ``batch_sizes`` (replayed, :func:`streamload.plan.mixture.replay_cursor`) and checked on
+  equal sizes; inside a step, all at the step's start, and ``step_drawn``: each source's
+  count then, while ``sources`` counts what was delivered). The per-source counts and
+  ``schedule`` are derived from ``cursor.step`` and ``batch_sizes`` (replayed,
+  :func:`streamload.plan.mixture.replay_cursor`) and checked on
   load; a state saved before ``batch_sizes`` existed is taken to have used
   ``global_batch_size`` throughout.
 
@@ -98,7 +105,11 @@ def make_state(
     global_batch: int,
     sources: dict[str, dict[str, int]],
 ) -> dict[str, Any]:
-    """Build the envelope (plain JSON-safe ints, strings, lists, dicts)."""
+    """Build the envelope (plain JSON-safe ints, strings, lists, dicts).
+
+    ``global_batch`` is the loader's optimizer step in samples; inside a step it is that
+    step's size (the loader keeps it on a resume inside a step).
+    """
     samples = cursor.sample
     state: dict[str, Any] = {
         "version": STATE_VERSION,
@@ -108,6 +119,8 @@ def make_state(
         "sources": sources,
         "global_batch_size": global_batch,
     }
+    if cursor.in_step:
+        state["cursor"]["in_step"] = cursor.in_step
     mixture = cursor.mixture
     if mixture is not None:
         names = list(sources)
@@ -117,6 +130,8 @@ def make_state(
             "phase_drawn": dict(zip(names, mixture.phase_drawn, strict=True)),
             "batch_sizes": [list(pair) for pair in mixture.batch_sizes],
         }
+        if cursor.in_step:  # the counts the step in progress is allocated from
+            state["schedule"]["step_drawn"] = dict(zip(names, mixture.drawn, strict=True))
     return state
 
 
@@ -231,33 +246,61 @@ def _cursor(
 ) -> StreamCursor:
     """The position the envelope's fields name (types and keys checked, not consistency)."""
     extra = ("step",) if mixture else ()
-    fields = state_mapping(current["cursor"], "cursor", ("samples", "tokens", "batches", *extra))
+    fields = state_mapping(
+        current["cursor"], "cursor", ("samples", "tokens", "batches", *extra), ("in_step",)
+    )
     samples = state_int(fields["samples"], "cursor.samples")
     epoch = state_int(current["epoch"], "epoch")
+    assumed = state_int(current["global_batch_size"], "global_batch_size", 1)
+    in_step = 0 if "in_step" not in fields else state_int(fields["in_step"], "cursor.in_step", 1)
+    if in_step >= assumed:
+        raise StateError(
+            f"state cursor.in_step = {in_step} must be below global_batch_size = {assumed} (the "
+            "samples of the step in progress already delivered)"
+        )
+    size = assumed if in_step else 0
     if not mixture:
         if "schedule" in current:
             raise StateError(
                 "state has a 'schedule' (a mixture's) but this stream is not a mixture"
             )
-        return StreamCursor(epoch, samples)
+        return StreamCursor(epoch, samples, None, in_step, size)
     if "schedule" not in current:
         raise StateError("state (top level): missing 'schedule' (a mixture's position)")
-    schedule = state_mapping(
-        current["schedule"], "schedule", ("phase_step", "phase_drawn"), ("batch_sizes",)
-    )
     step = state_int(fields["step"], "cursor.step")
+    mixture_cursor = _mixture_cursor(current["schedule"], sources, step, in_step, assumed)
+    return StreamCursor(epoch, samples, mixture_cursor, in_step, size)
+
+
+def _mixture_cursor(
+    value: Any, sources: dict[str, dict[str, int]], step: int, in_step: int, assumed: int
+) -> MixtureCursor:
+    """A mixture's counts and schedule position, at the start of the step in progress:
+    ``sources`` counts what was delivered, ``schedule.step_drawn`` (only inside a step) what
+    was drawn when the step began."""
+    schedule = state_mapping(
+        value, "schedule", ("phase_step", "phase_drawn"), ("batch_sizes", "step_drawn")
+    )
     names = list(sources)
     phase = state_mapping(schedule["phase_drawn"], "schedule.phase_drawn", names)
-    assumed = state_int(current["global_batch_size"], "global_batch_size", 1)
     sizes = read_batch_sizes(schedule.get("batch_sizes"), "schedule.batch_sizes", step, assumed)
-    mixture_cursor = MixtureCursor(
+    if ("step_drawn" in schedule) != bool(in_step):
+        raise StateError(
+            "state schedule.step_drawn (each source's count at the start of the step in "
+            "progress) goes with cursor.in_step, and only with it: "
+            + ("it is missing" if in_step else "cursor.in_step is absent")
+        )
+    drawn = tuple(sources[n]["samples"] for n in names)
+    if in_step:
+        at_step = state_mapping(schedule["step_drawn"], "schedule.step_drawn", names)
+        drawn = tuple(state_int(at_step[n], f"schedule.step_drawn.{n}") for n in names)
+    return MixtureCursor(
         step,
-        tuple(sources[n]["samples"] for n in names),
+        drawn,
         state_int(schedule["phase_step"], "schedule.phase_step"),
         tuple(state_int(phase[n], f"schedule.phase_drawn.{n}") for n in names),
         sizes,
     )
-    return StreamCursor(epoch, samples, mixture_cursor)
 
 
 def _sources(value: Any, names: list[str]) -> dict[str, dict[str, int]]:

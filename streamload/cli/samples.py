@@ -40,13 +40,19 @@ def add_parser(sub: Any) -> None:
 
 
 def rank_positions(
-    start: int, count: int, rank: int, world_size: int, batch_size: int, pass_length: int | None
+    start: int,
+    count: int,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    pass_length: int | None,
+    grad_accum_steps: int = 1,
 ) -> np.ndarray:
     """Global positions in ``[start, start + count)`` that ``rank`` receives, in its order.
 
     In global batch k (``B = world_size * batch_size``) rank r gets positions
-    ``k*B + r*b .. k*B + r*b + b - 1``; positions in the dropped partial last batch of a pass
-    are never delivered and are left out.
+    ``k*B + r*b .. k*B + r*b + b - 1``; positions in the dropped partial last optimizer step
+    of a pass (``grad_accum_steps`` global batches) are never delivered and are left out.
     """
     if not 0 <= rank < world_size or batch_size < 1:
         raise ConfigError(f"--rank {rank} must be in [0, {world_size}) and --batch-size >= 1")
@@ -55,7 +61,8 @@ def rank_positions(
     if pass_length is None:  # an endless mixture delivers every position
         delivered = np.ones(positions.shape, dtype=bool)
     else:
-        delivered = positions < num_batches(pass_length, 0, global_batch) * global_batch
+        step = grad_accum_steps * global_batch
+        delivered = positions < num_batches(pass_length, 0, step) * step
     mine = (positions % global_batch) // batch_size == rank
     return positions[mine & delivered]
 
@@ -77,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if any(v is not None for v in by_rank):
         if any(v is None for v in by_rank):
             raise ConfigError("--rank, --world-size and --batch-size go together")
-        positions = rank_positions(args.start, args.count, *by_rank, length)
+        accum = stream.config.grad_accum_steps
+        positions = rank_positions(args.start, args.count, *by_rank, length, accum)
     tokens, _ = stream.read(args.epoch, positions)
     np.save(args.out, tokens.astype(np.int64))
     print(f"wrote {tokens.shape[0]} samples x {tokens.shape[1]} tokens to {args.out}")

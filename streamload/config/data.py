@@ -56,7 +56,11 @@ class DataConfig:
         pad_token_id: Fills ``packed``/``padded`` samples after their documents (required
             there); unused in ``concat`` mode, refused in ``megatron`` mode.
         vocab_size: When set, every delivered token id is checked to be below it.
-        global_batch_size: When set, ``world_size * batch_size`` must equal it.
+        global_batch_size: Samples per optimizer step over all ranks; when set,
+            ``grad_accum_steps * world_size * batch_size`` must equal it.
+        grad_accum_steps: Loader batches (micro-batches) per optimizer step: a step holds
+            ``grad_accum_steps`` global batches of ``world_size * batch_size`` samples, and
+            the mixture allocation, ``[[schedule]] start_step`` and the drop rule count steps.
         sampling: Sampling options.
         packing: Packing-mask options.
         mixture: How weights are read (several sources).
@@ -72,6 +76,7 @@ class DataConfig:
     pad_token_id: int | None = None
     vocab_size: int | None = None
     global_batch_size: int | None = None
+    grad_accum_steps: int = 1
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     packing: PackingConfig = field(default_factory=PackingConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
@@ -94,6 +99,14 @@ class DataConfig:
         for name, minimum in _TOP_LEVEL_INTS:
             if getattr(self, name) is not None:
                 check_int(getattr(self, name), name, minimum)
+        check_int(self.grad_accum_steps, "grad_accum_steps", 1)
+        steps, total = self.grad_accum_steps, self.global_batch_size
+        if total is not None and total % steps:
+            raise ConfigError(
+                f"global_batch_size = {total} (samples per optimizer step) is not a multiple of "
+                f"grad_accum_steps = {steps}: a step holds grad_accum_steps x world_size x "
+                "batch_size samples"
+            )
         if isinstance(self.sources, list):
             object.__setattr__(self, "sources", tuple(self.sources))
         if not self.sources:

@@ -6,8 +6,9 @@ checks, so that a bad value is a :class:`ConfigError` naming it before any listi
 read or worker start, never a ``TypeError`` from deep inside or a value silently truncated
 (``batch_size=1.5`` used as 1). The rules (docs/config.md, "Loader arguments"):
 
-* ``batch_size``: an integer >= 1; ``world_size * batch_size`` fits int64 and equals the
-  config's ``global_batch_size`` when that is set.
+* ``batch_size``: an integer >= 1; ``grad_accum_steps * world_size * batch_size`` (the
+  samples of one optimizer step) fits int64 and equals the config's ``global_batch_size``
+  when that is set.
 * ``rank``, ``world_size``: integers, ``0 <= rank < world_size``.
 * ``num_workers``: an integer in ``[0, NUM_WORKERS_LIMIT]``.
 * ``options``: a :class:`LoaderOptions`, a table of its fields, or ``None``.
@@ -151,7 +152,8 @@ def check_loader_args(
     """Check ``build_loader``'s (or ``StreamLoader``'s) arguments; return the options to use.
 
     Args:
-        config: The loaded config (its ``global_batch_size`` must match), or ``None``.
+        config: The loaded config (its ``global_batch_size`` must be ``grad_accum_steps x
+            world_size x batch_size``), or ``None``.
         batch_size: Per-rank batch size.
         rank: Data-parallel rank, or ``None`` while it is still to be discovered.
         world_size: Data-parallel size, or ``None`` likewise.
@@ -181,18 +183,16 @@ def _check_count(value: Any, name: str, minimum: int, maximum: int = INT64_MAX) 
 
 
 def _check_global_batch(config: DataConfig | None, world_size: int, batch_size: int) -> None:
-    total = world_size * batch_size
+    steps = 1 if config is None else config.grad_accum_steps
+    total = steps * world_size * batch_size
+    product = f"world_size {world_size} x batch_size {batch_size}"
+    if steps != 1:  # the message of a config without accumulation stays as it was
+        product = f"grad_accum_steps {steps} x {product}"
     if total > INT64_MAX:
-        raise ConfigError(
-            f"world_size {world_size} x batch_size {batch_size} = {total} samples per global "
-            "batch does not fit int64"
-        )
+        raise ConfigError(f"{product} = {total} samples per global batch does not fit int64")
     expected = None if config is None else config.global_batch_size
     if expected is not None and expected != total:
-        raise ConfigError(
-            f"global_batch_size = {expected} in the config, but world_size {world_size}"
-            f" x batch_size {batch_size} = {total}"
-        )
+        raise ConfigError(f"global_batch_size = {expected} in the config, but {product} = {total}")
 
 
 def _options(options: Any) -> LoaderOptions:

@@ -13,6 +13,10 @@ data loader:
   tokens, each other key of ``input_dict`` a keyword argument of the model's forward
   (``positions``: per-document positions, from which torchtitan's flex/varlen attention builds
   block-causal masks), ``labels`` ``[b, seq_len]`` int64 with -100 for untrained tokens;
+* **gradient accumulation**: its trainer runs ``global_batch_size // (local_batch_size x
+  dp_degree)`` batches per optimizer step; the job config's ``training.global_batch_size``
+  sets streamload's ``grad_accum_steps`` to match (0.1-0.2), so streamload's steps are
+  torchtitan's (0.3 passes no job config: set ``grad_accum_steps`` in the streamload config);
 * **a DCP ``Stateful``**: the checkpointer saves ``{"dataloader": loader, "model": ...}``
   with ``dcp.save`` on every rank and restores it with ``dcp.load``.
 
@@ -38,7 +42,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -267,12 +271,15 @@ def build_torchtitan_dataloader(
         seq_len: torchtitan's ``training.seq_len`` (0.3); checked against the config's.
         local_batch_size: Samples per rank and batch (0.3).
         job_config: torchtitan's ``JobConfig`` (0.1-0.2): ``training.seq_len`` and
-            ``training.local_batch_size`` are read from it when not given.
+            ``training.local_batch_size`` are read from it when not given, and its
+            ``training.global_batch_size`` decides the gradient accumulation
+            (:func:`_with_accumulation`).
         snapshot_every_n_steps: Unused: the state is exact after every batch.
 
     Raises:
-        ConfigError: no batch size, a ``seq_len`` other than the config's, or what
-            :func:`streamload.build_loader` refuses.
+        ConfigError: no batch size, a ``seq_len`` other than the config's, gradient
+            accumulation other than torchtitan's, or what :func:`streamload.build_loader`
+            refuses.
     """
     del tokenizer, snapshot_every_n_steps  # pre-tokenized data; an O(1) state every step
     training = getattr(job_config, "training", None)
@@ -285,7 +292,7 @@ def build_torchtitan_dataloader(
             "torchtitan loader: no local_batch_size (pass it, or a job_config with "
             "training.local_batch_size)"
         )
-    data = load_config(config.data)
+    data = _with_accumulation(load_config(config.data), training, local_batch_size, dp_world_size)
     if seq_len is not None and seq_len != data.seq_len:
         raise ConfigError(
             f"torchtitan trains seq_len = {seq_len!r} but the streamload config has seq_len = "
@@ -300,3 +307,45 @@ def build_torchtitan_dataloader(
         options=config.options,
     )
     return TorchtitanLoader(loader, infinite=config.infinite)
+
+
+def _with_accumulation(
+    data: DataConfig, training: Any, local_batch_size: Any, dp_world_size: Any
+) -> DataConfig:
+    """``data`` with torchtitan's gradient accumulation, so that streamload's steps (mixture
+    allocation, ``[[schedule]] start_step``, the drop rule) are torchtitan's optimizer steps.
+
+    torchtitan's trainer accumulates ``training.global_batch_size // (local_batch_size x
+    dp_degree)`` batches per step (``global_batch_size < 0``: 1). When the job config names
+    it, the streamload config takes that ``grad_accum_steps`` (and then its
+    ``global_batch_size``, when unset, follows from the loader arguments); a config that
+    sets another ``grad_accum_steps`` or ``global_batch_size`` is refused. torchtitan 0.3
+    passes no job config: the streamload config must then say ``grad_accum_steps`` itself.
+
+    Raises:
+        ConfigError: the streamload config disagrees with torchtitan's batch sizes.
+    """
+    wanted = getattr(training, "global_batch_size", None)
+    if not isinstance(wanted, int) or isinstance(wanted, bool) or training is None:
+        return data
+    if not isinstance(local_batch_size, int) or not isinstance(dp_world_size, int):
+        return data  # build_loader names a bad batch size or world size
+    micro = local_batch_size * dp_world_size
+    if wanted < 0:  # torchtitan's default: one batch per optimizer step
+        wanted = micro
+    if micro < 1 or wanted % micro:
+        raise ConfigError(
+            f"torchtitan training.global_batch_size = {wanted} is not a multiple of "
+            f"local_batch_size {local_batch_size} x dp_degree {dp_world_size} = {micro}"
+        )
+    steps = wanted // micro
+    keeps = data.grad_accum_steps in (1, steps) and data.global_batch_size in (None, wanted)
+    if not keeps:
+        raise ConfigError(
+            f"torchtitan accumulates {steps} batch(es) per optimizer step (training."
+            f"global_batch_size {wanted} / (local_batch_size {local_batch_size} x dp_degree "
+            f"{dp_world_size})), but the streamload config has grad_accum_steps = "
+            f"{data.grad_accum_steps}, global_batch_size = {data.global_batch_size}; make "
+            "them agree (or leave them unset)"
+        )
+    return data if data.grad_accum_steps == steps else replace(data, grad_accum_steps=steps)

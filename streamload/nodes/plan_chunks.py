@@ -10,7 +10,7 @@ from streamload.errors import ConfigError
 from streamload.nodes.lookahead import Lookahead
 from streamload.plan.partition import RankSpec
 from streamload.streams.chunks import ChunkPlan
-from streamload.streams.cursor import StreamCursor, check_cursor
+from streamload.streams.cursor import StreamCursor, check_cursor, check_step_resume
 from streamload.streams.interface import SampleStream
 
 __all__ = ["PlanChunks"]
@@ -20,11 +20,11 @@ class PlanChunks(BaseNode[ChunkPlan]):
     """Yield chunks of up to ``chunk_batches`` consecutive batches of one rank, in order.
 
     Chunks start small and double up to ``chunk_batches`` (1, 2, 4, …) so the first batch
-    arrives quickly after a start or a restore. A pass ends with its last whole global batch
-    (the partial remainder is dropped; an evaluation stream instead plans it padded,
-    :mod:`streamload.streams.evaluation`), or when
-    a mixture source's policy runs out. For remote sources the windows of the next
-    ``storage.prefetch_batches`` batches are fetched ahead
+    arrives quickly after a start or a restore. A pass ends with its last whole optimizer
+    step (``grad_accum_steps`` global batches; the partial remainder is dropped; an
+    evaluation stream instead plans its last global batch padded,
+    :mod:`streamload.streams.evaluation`), or when a mixture source's policy runs out. For
+    remote sources the windows of the next ``storage.prefetch_batches`` batches are fetched ahead
     (:class:`~streamload.nodes.lookahead.Lookahead`); that never changes what is planned.
     After a pass ends, ``reset(None)`` starts the next pass
     (like torchdata's ``SamplerWrapper`` advancing its epoch), so a
@@ -32,7 +32,9 @@ class PlanChunks(BaseNode[ChunkPlan]):
 
     State:
         ``pass``: the current pass; ``sample``: pass-relative sample where the next chunk
-        begins; ``mixture``: ``None``, or per-source counts and the schedule position.
+        begins; ``mixture``: ``None``, or per-source counts and the schedule position (at
+        the start of the optimizer step in progress); ``in_step`` (only inside an optimizer
+        step): ``[samples of the step delivered, samples of the step]``.
 
     A state given to ``reset`` is checked like the loader's (``streams/cursor.py``: strict
     types, a position the stream can stand at, mixture counts derived from the step) and
@@ -42,6 +44,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
     PASS_KEY = "pass"
     SAMPLE_KEY = "sample"
     MIXTURE_KEY = "mixture"
+    IN_STEP_KEY = "in_step"
 
     def __init__(
         self,
@@ -72,8 +75,11 @@ class PlanChunks(BaseNode[ChunkPlan]):
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:
         super().reset(initial_state)
         if initial_state is not None:
-            cursor = StreamCursor.from_state(initial_state, self.rank.global_batch)
+            micro = self.rank.global_batch
+            step = self.stream.config.grad_accum_steps * micro
+            cursor = StreamCursor.from_state(initial_state, step)
             check_cursor(self.stream, cursor)
+            check_step_resume(cursor, step, micro, "cursor")
             self._cursor = cursor
         elif self._started:
             self._cursor = self.stream.next_pass(self._cursor)

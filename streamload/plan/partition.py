@@ -8,6 +8,15 @@ Example (g0 = 0, world 2, b = 2, B = 4): batch 0 → rank 0 samples [0, 1], rank
 batch 1 → rank 0 [4, 5], rank 1 [6, 7].
 
 A *chunk* is a run of consecutive batches of one rank, the unit of work of one loader worker.
+
+Gradient accumulation (``grad_accum_steps = A``): an optimizer *step* holds ``S = A·B``
+samples, Megatron's layout: step k is samples ``[k·S, (k+1)·S)`` and its micro-batch m is the
+global batch ``k·A + m`` above, so the rank split is unchanged and only what counts as a step
+changes (the mixture allocation, schedule steps and the drop rule, which keeps whole steps).
+A position inside a step is ``(done, size)``: samples of the step already delivered, and the
+step's size. Example (A = 2, B = 4, S = 8, a pass of 20 samples): steps 0 and 1 (samples
+[0, 16)) are delivered as 4 micro-batches; samples [16, 20) are dropped;
+:func:`step_batches_left` from sample 4 (``done = 4``) gives 3.
 """
 
 from __future__ import annotations
@@ -19,7 +28,15 @@ import numpy as np
 
 from streamload.errors import ConfigError
 
-__all__ = ["RankSpec", "batch_sample_ids", "chunk_sample_ids", "num_batches", "rank_share"]
+__all__ = [
+    "RankSpec",
+    "batch_sample_ids",
+    "chunk_sample_ids",
+    "num_batches",
+    "rank_share",
+    "step_batches_left",
+    "walk_steps",
+]
 
 
 @dataclass(frozen=True)
@@ -55,6 +72,48 @@ class RankSpec:
 def num_batches(pass_length: int, start: int, global_batch: int) -> int:
     """Whole global batches left in a pass of ``pass_length`` samples from sample ``start``."""
     return max(0, (pass_length - start) // global_batch)
+
+
+def step_batches_left(
+    pass_length: int, start: int, done: int, size: int, micro: int, step: int
+) -> int:
+    """Global (micro-)batches left in a pass when only whole optimizer steps are delivered.
+
+    Args:
+        pass_length: Samples in the pass.
+        start: Pass-relative sample of the next batch.
+        done: Samples of the step in progress already delivered (0: at a step boundary).
+        size: Samples of the step in progress (unused when ``done`` is 0).
+        micro: Samples per global batch B (a micro-batch of every rank).
+        step: Samples per later step ``S = A·B`` (a multiple of ``micro``).
+    """
+    left = 0
+    if done:  # a step in progress was begun whole inside the pass
+        left, start = (size - done) // micro, start + size - done
+    return left + num_batches(pass_length, start, step) * (step // micro)
+
+
+def walk_steps(done: int, size: int, samples: int, step: int) -> tuple[bool, int, int, int]:
+    """Where ``samples`` more delivered samples leave a position inside the steps.
+
+    Args:
+        done: Samples of the step in progress already delivered (0: at a step boundary).
+        size: That step's samples.
+        samples: Samples delivered from there.
+        step: Samples of each later step.
+
+    Returns:
+        ``(finished, full, done, size)``: whether the step in progress was finished, how
+        many whole steps of ``step`` followed, and the position after (``(0, 0)`` at a step
+        boundary).
+    """
+    finished = False
+    if done:
+        if samples < size - done:
+            return False, 0, done + samples, size
+        samples, finished = samples - (size - done), True
+    full, rest = divmod(samples, step)
+    return finished, full, rest, step if rest else 0
 
 
 def rank_share(global_batch: int, world_size: int, rank: int) -> tuple[int, int]:

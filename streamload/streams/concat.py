@@ -5,9 +5,13 @@ permutation: a pure function of (data, config, seed), walked by a cursor.
 
 * One source: pass ``p``, pass-relative sample ``g`` → the source's sample ``g`` (with
   ``num_samples``) or ``p·n + g`` (one epoch per pass). Random access is O(1).
-* A mixture: global batch ``k`` is allocated to sources by :mod:`streamload.plan.mixture`;
-  the source-local indices continue per source. The cursor carries the per-source counts, so
-  resuming is O(1); random access (``streamload samples``) replays counts only.
+* A mixture: optimizer step ``k`` (``global_batch_size`` samples: ``grad_accum_steps``
+  global batches) is allocated to sources by :mod:`streamload.plan.mixture`, then cut into
+  its global batches in order; the source-local indices continue per source. The cursor
+  carries the per-source counts at the start of the step in progress, so resuming is O(1)
+  (inside a step, that step is allocated again); random access (``streamload samples``)
+  replays counts only.
+* A pass delivers whole optimizer steps only (its last partial step is dropped).
 
 World size, workers and prefetch only decide who reads a sample and when (docs/design.md §1).
 """
@@ -30,7 +34,12 @@ from streamload.plan.mixture import (
     effective_weights,
     phase_at,
 )
-from streamload.plan.partition import chunk_sample_ids, num_batches, rank_share
+from streamload.plan.partition import (
+    chunk_sample_ids,
+    rank_share,
+    step_batches_left,
+    walk_steps,
+)
 from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
 from streamload.plan.split import split_matrix
@@ -106,20 +115,38 @@ class ConcatStream:
         return StreamCursor(pass_index, 0, mixture)
 
     def batches_left(self, cursor: StreamCursor, global_batch: int) -> int | None:
-        """Whole global batches left in the cursor's pass (``None``: endless)."""
+        """Global batches left in the cursor's pass, of whole optimizer steps only (``None``:
+        endless)."""
         length = self.pass_length
-        return None if length is None else num_batches(length, cursor.sample, global_batch)
+        if length is None:
+            return None
+        step = self.config.grad_accum_steps * global_batch
+        done, size = cursor.in_step, cursor.step_size
+        return step_batches_left(length, cursor.sample, done, size, global_batch, step)
 
     def next_pass(self, cursor: StreamCursor) -> StreamCursor:
         """The start of the pass after the cursor's."""
         return self.start(cursor.pass_index + 1)
 
     def advance(self, cursor: StreamCursor, batches: int, global_batch: int) -> StreamCursor:
-        """The cursor after ``batches`` more delivered global batches."""
+        """The cursor after ``batches`` more delivered global batches (a mixture's counts move
+        by whole optimizer steps; the position inside a step is ``in_step``)."""
+        step = self.config.grad_accum_steps * global_batch
+        finished, full, done, size = walk_steps(
+            cursor.in_step, cursor.step_size, batches * global_batch, step
+        )
         mixture = cursor.mixture
         if mixture is not None:
-            mixture = advance_cursor(self.phases, global_batch, mixture, batches)
-        return replace(cursor, sample=cursor.sample + batches * global_batch, mixture=mixture)
+            if finished:
+                mixture = advance_cursor(self.phases, cursor.step_size, mixture, 1)
+            mixture = advance_cursor(self.phases, step, mixture, full)
+        return replace(
+            cursor,
+            sample=cursor.sample + batches * global_batch,
+            mixture=mixture,
+            in_step=done,
+            step_size=size,
+        )
 
     # -- planning ------------------------------------------------------------------------
     def plan_chunk(
@@ -138,10 +165,12 @@ class ConcatStream:
             local = self._single_local(cursor.pass_index, ids)
             plan = ChunkPlan(cursor.pass_index, ids, np.zeros(ids.shape, np.int16), local)
             return plan, self.advance(cursor, count, global_batch)
-        sources, local = self._allocate(cursor.mixture, count, global_batch)
-        if sources.shape[0] == 0:
+        sources, local = self._mixture_samples(cursor, count * global_batch, global_batch)
+        count = min(count, sources.size // global_batch)
+        if count == 0:
             return None
-        count = sources.shape[0]
+        sources = sources[: count * global_batch].reshape(count, global_batch)
+        local = local[: count * global_batch].reshape(count, global_batch)
         offset, per_rank = rank_share(global_batch, world_size, rank)
         ids = chunk_sample_ids(cursor.sample, 0, count, global_batch, world_size, rank)
         cols = slice(offset, offset + per_rank)
@@ -153,10 +182,32 @@ class ConcatStream:
             return samples
         return samples + pass_index * self.plan.num_windows
 
+    def _mixture_samples(
+        self, cursor: StreamCursor, samples: int, global_batch: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(source, source-local index) of up to ``samples`` samples from ``cursor``, flat:
+        the rest of the step in progress, then whole steps of ``grad_accum_steps`` global
+        batches, each allocated as one batch; fewer where a source's policy ends the stream."""
+        mixture = cursor.mixture
+        assert mixture is not None  # the caller's branch
+        step = self.config.grad_accum_steps * global_batch
+        parts: list[tuple[np.ndarray, np.ndarray]] = []
+        done, size = cursor.in_step, cursor.step_size
+        if done:  # the step in progress, allocated as a whole again from its start
+            sources, local = self._allocate(mixture, 1, size)
+            parts.append((sources.ravel()[done:], local.ravel()[done:]))
+            samples -= size - done
+            mixture = advance_cursor(self.phases, size, mixture, 1)
+        if samples > 0 and (not parts or parts[0][0].size):
+            sources, local = self._allocate(mixture, -(-samples // step), step)
+            parts.append((sources.ravel(), local.ravel()))
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
     def _allocate(
         self, mixture: MixtureCursor, count: int, global_batch: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Allocate batches, cut before the first one a source's policy forbids."""
+        """Allocate steps (rows of ``global_batch``), cut before the first one a source's
+        policy forbids."""
         sources, local, _ = allocate_batches(self.phases, global_batch, mixture, count)
         for index, source in enumerate(self.sources):
             limit = source.limit
@@ -244,6 +295,10 @@ class ConcatStream:
             )
         else:
             drawn = cursor.mixture.drawn
+            if cursor.in_step:  # plus what the delivered part of the step in progress drew
+                sources, _, _ = allocate_batches(self.phases, cursor.step_size, cursor.mixture, 1)
+                counts = np.bincount(sources[0, : cursor.in_step], minlength=len(drawn))
+                drawn = tuple(int(d + c) for d, c in zip(drawn, counts.tolist(), strict=True))
         return {
             s.name: {"epoch": d // s.num_windows, "samples": d}
             for s, d in zip(self.sources, drawn, strict=True)
@@ -275,10 +330,11 @@ class ConcatStream:
             out["split"] = [None if b is None else list(b) for b in split_matrix(sampling.split)]
             out["split_name"] = sampling.split_name.value
         if self.is_mixture:
-            # Phases used by a delivered batch (the last one is step - 1): a phase may still be
-            # added at the very step where the state was saved.
+            # Phases used by a delivered batch (the last one is step - 1, or the step in
+            # progress): a phase may still be added at the very step where the state was saved.
             step = cursor.mixture.step if cursor is not None and cursor.mixture else 0
-            started = self.phases[: phase_at(self.phases, max(step - 1, 0)) + 1]
+            last = step if cursor is not None and cursor.in_step else step - 1
+            started = self.phases[: phase_at(self.phases, max(last, 0)) + 1]
             out["schedule"] = [[p.start_step, list(p.weights)] for p in started]
         return out
 

@@ -13,6 +13,10 @@ the field, the value and what was expected):
   for mixtures the per-source counts and the schedule position must equal what replaying
   ``step`` global batches of the recorded sizes gives
   (:func:`streamload.plan.mixture.replay_cursor`).
+* A position inside an optimizer step (``grad_accum_steps > 1``; ``in_step``: samples of
+  the step delivered and the step's size) lies inside its step, and that step inside the pass;
+  a mixture's counts stand at the step's start. It continues only with the same step size, in
+  global batches that divide the rest of the step (:func:`check_step_resume`).
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ __all__ = [
     "CursorFields",
     "StreamCursor",
     "check_cursor",
+    "check_step_resume",
     "read_batch_sizes",
+    "read_in_step",
     "short_repr",
     "state_int",
     "state_ints",
@@ -109,22 +115,31 @@ class StreamCursor:
     Args:
         pass_index: Current pass.
         sample: Pass-relative samples consumed.
-        mixture: Per-source counts and schedule position (mixtures only).
+        mixture: Per-source counts and schedule position (mixtures only), at the start of
+            the optimizer step in progress.
+        in_step: Samples of the optimizer step in progress already delivered (0: at a step
+            boundary; always 0 without gradient accumulation).
+        step_size: Samples of that step (0 at a step boundary).
     """
 
     pass_index: int
     sample: int
     mixture: MixtureCursor | None = None
+    in_step: int = 0
+    step_size: int = 0
 
     def to_state(self) -> dict[str, Any]:
-        """Plain ints and lists."""
+        """Plain ints and lists (``in_step`` only inside a step: ``[done, size]``)."""
         m = self.mixture
         mixture = None if m is None else {
             "step": m.step, "drawn": list(m.drawn),
             "phase_step": m.phase_step, "phase_drawn": list(m.phase_drawn),
             "batch_sizes": [list(pair) for pair in m.batch_sizes],
         }  # fmt: skip
-        return {"pass": self.pass_index, "sample": self.sample, "mixture": mixture}
+        out: dict[str, Any] = {"pass": self.pass_index, "sample": self.sample, "mixture": mixture}
+        if self.in_step:
+            out["in_step"] = [self.in_step, self.step_size]
+        return out
 
     @classmethod
     def from_state(
@@ -133,7 +148,8 @@ class StreamCursor:
         """Inverse of :meth:`to_state`, strict (see the module rules).
 
         Args:
-            state: ``{"pass", "sample", "mixture"}``.
+            state: ``{"pass", "sample", "mixture"}`` and, inside an optimizer step,
+                ``"in_step": [done, size]``.
             global_batch: The reader's global batch size, taken as the only one used by a
                 mixture state saved before ``batch_sizes`` were recorded.
             field: The state's name in messages.
@@ -141,7 +157,8 @@ class StreamCursor:
         Raises:
             StateError: a malformed field, named.
         """
-        state = state_mapping(state, field, ("pass", "sample", "mixture"))
+        state = state_mapping(state, field, ("pass", "sample", "mixture"), ("in_step",))
+        done, size = read_in_step(state.get("in_step"), f"{field}.in_step")
         m = state["mixture"]
         mixture = None
         if m is not None:
@@ -158,7 +175,25 @@ class StreamCursor:
                 read_batch_sizes(sizes, f"{where}.batch_sizes", step, global_batch),
             )
         pass_index = state_int(state["pass"], f"{field}.pass")
-        return cls(pass_index, state_int(state["sample"], f"{field}.sample"), mixture)
+        sample = state_int(state["sample"], f"{field}.sample")
+        return cls(pass_index, sample, mixture, done, size)
+
+
+def read_in_step(value: Any, field: str) -> tuple[int, int]:
+    """``[done, size]`` of a position inside an optimizer step (``None``: at a boundary).
+
+    Raises:
+        StateError: not two integers with ``1 <= done < size``.
+    """
+    if value is None:
+        return 0, 0
+    rule = "must be [samples of the step delivered, samples of the step], 1 <= done < size"
+    if not isinstance(value, (list, tuple)) or len(value) != 2:
+        raise StateError(f"state {field} = {short_repr(value)} {rule}")
+    done, size = state_int(value[0], f"{field}[0]", 1), state_int(value[1], f"{field}[1]", 2)
+    if done >= size:
+        raise StateError(f"state {field} = {[done, size]} {rule}")
+    return done, size
 
 
 def state_ints(value: Any, field: str) -> tuple[int, ...]:
@@ -253,6 +288,7 @@ def check_cursor(
         StateError: naming the field, its value and what was expected.
     """
     p, sample, length = cursor.pass_index, cursor.sample, stream.pass_length
+    _check_in_step(cursor, length, fields)
     if length is not None and sample > length + slack:
         raise StateError(
             f"state {fields.sample} = {sample} lies beyond the pass of {length} samples; the "
@@ -271,11 +307,64 @@ def check_cursor(
         kind = "a mixture" if stream.is_mixture else "not a mixture"
         raise StateError(f"the state's position does not fit this stream, which is {kind}")
     if cursor.mixture is not None:
-        _check_mixture(stream, cursor.sample, cursor.mixture, fields, derive)
+        _check_mixture(stream, cursor, cursor.mixture, fields, derive)
+
+
+def _check_in_step(cursor: StreamCursor, length: int | None, fields: CursorFields) -> None:
+    done, size = cursor.in_step, cursor.step_size
+    if not done:
+        return
+    where = f"state {fields.sample} = {cursor.sample} with {done} samples into a step of {size}"
+    if not 0 < done < size or done > cursor.sample:
+        raise StateError(f"{where}: the step would begin before the pass; the state is corrupt")
+    if length is not None and cursor.sample - done + size > length:
+        raise StateError(
+            f"{where}: that step ends after the pass of {length} samples (only whole steps are "
+            "delivered); the state was edited or saved for another num_samples"
+        )
+
+
+def check_step_resume(cursor: StreamCursor, step: int, micro: int, field: str) -> None:
+    """Raise unless a loader whose optimizer steps hold ``step`` samples, in global batches of
+    ``micro``, can continue at ``cursor``: at a step boundary anything may change; inside a
+    step the step keeps its size and the batches must split its rest.
+
+    Args:
+        cursor: The loaded position.
+        step: Samples per optimizer step of the resuming loader (``A·W·b``).
+        micro: Samples per global batch of the resuming loader (``W·b``).
+        field: How the position is named in messages.
+
+    Raises:
+        StateError: naming the position, the sizes and what would fit.
+    """
+    done, size = cursor.in_step, cursor.step_size
+    if not done:
+        return
+    where = (
+        f"state {field} stands {done} samples into an optimizer step of {size} samples (saved "
+        "between two micro-batches of a gradient accumulation)"
+    )
+    if step != size:
+        raise StateError(
+            f"{where}, but this loader's steps hold {step} samples (grad_accum_steps x "
+            "world_size x batch_size): a resume inside a step must keep the step's size; "
+            "resume from a state saved at a step boundary to change it"
+        )
+    if (size - done) % micro:
+        raise StateError(
+            f"{where}: its remaining {size - done} samples do not split into global batches "
+            f"of world_size x batch_size = {micro} samples; resume with a world_size x "
+            "batch_size that divides them, or from a state saved at a step boundary"
+        )
 
 
 def _check_mixture(
-    stream: SampleStream, sample: int, m: MixtureCursor, fields: CursorFields, derive: bool
+    stream: SampleStream,
+    cursor: StreamCursor,
+    m: MixtureCursor,
+    fields: CursorFields,
+    derive: bool,
 ) -> None:
     names = [s.name for s in stream.sources]
     for name_of, counts in ((fields.drawn, m.drawn), (fields.phase_drawn, m.phase_drawn)):
@@ -288,10 +377,13 @@ def _check_mixture(
         size * (end - first) for (first, size), end in zip(m.batch_sizes, ends, strict=True)
     )
     sizes = [list(pair) for pair in m.batch_sizes]
+    sample = cursor.sample - cursor.in_step  # the counts stand at the step's start
     if total != sample:
+        inside = f" less {cursor.in_step} of the step in progress = {sample}"
         raise StateError(
             f"state {fields.step} = {m.step} with {fields.batch_sizes} = {sizes} gives "
-            f"{total} samples, but {fields.sample} = {sample}; the state was edited or is corrupt"
+            f"{total} samples, but {fields.sample} = {cursor.sample}"
+            f"{inside if cursor.in_step else ''}; the state was edited or is corrupt"
         )
     if not derive:
         return

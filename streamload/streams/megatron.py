@@ -26,7 +26,7 @@ from streamload.errors import FormatError
 from streamload.plan.megatron import GPTIndices, split_matrix
 from streamload.plan.megatron_layout import megatron_layout
 from streamload.plan.mixture import Phase
-from streamload.plan.partition import chunk_sample_ids, num_batches
+from streamload.plan.partition import chunk_sample_ids, step_batches_left, walk_steps
 from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask, put_loss_mask
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.megatron_indices import ALGORITHM, GPT_FIELDS, load_indices
@@ -119,10 +119,17 @@ class MegatronStream:
         return StreamCursor(pass_index, 0, None)
 
     def batches_left(self, cursor: StreamCursor, global_batch: int) -> int | None:
-        """Whole global batches left; 0 after the one pass."""
+        """Global batches left, of whole optimizer steps only; 0 after the one pass.
+
+        megatron-core's layout: a step of ``global_batch_size`` samples is its
+        ``num_microbatches`` global micro-batches in order, rank r taking ``[r·b, (r+1)·b)``
+        of each (``MegatronPretrainingSampler``); its training loop runs whole steps.
+        """
         if cursor.pass_index > 0:
             return 0
-        return num_batches(self.length, cursor.sample, global_batch)
+        step = self.config.grad_accum_steps * global_batch
+        done, size = cursor.in_step, cursor.step_size
+        return step_batches_left(self.length, cursor.sample, done, size, global_batch, step)
 
     def next_pass(self, cursor: StreamCursor) -> StreamCursor:
         """An empty pass: Megatron's dataset ends after ``num_samples``."""
@@ -130,7 +137,10 @@ class MegatronStream:
 
     def advance(self, cursor: StreamCursor, batches: int, global_batch: int) -> StreamCursor:
         """The cursor after ``batches`` more delivered global batches."""
-        return replace(cursor, sample=cursor.sample + batches * global_batch)
+        step = self.config.grad_accum_steps * global_batch
+        samples = batches * global_batch
+        _, _, done, size = walk_steps(cursor.in_step, cursor.step_size, samples, step)
+        return replace(cursor, sample=cursor.sample + samples, in_step=done, step_size=size)
 
     # -- planning and reading ------------------------------------------------------------
     def plan_chunk(

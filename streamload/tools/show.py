@@ -2,20 +2,25 @@
 
 ``streamload show CONFIG --step N`` answers "what was in the batch at step N?" without GPUs.
 The batch is built by the loader's own path, so it is the loader's batch exactly: the cursor
-before global batch ``N`` of the pass (``SampleStream.advance`` over the run's global batch
-sizes, as the loader advances after each batch it delivers), ``SampleStream.plan_chunk`` for
-that one batch, and :class:`~streamload.nodes.materialize.Materialize` (the loader's worker
-function: read, :class:`~streamload.nodes.pack_masks.MaskPacker`, skipped rows). Without a
-rank the plan takes the whole global batch (world size 1): rank ``r``'s batch is its rows
-``[r·b, (r+1)·b)``, as the rank split is contiguous (docs/design.md §2.6).
+before optimizer step ``N`` of the pass (``SampleStream.advance`` over the run's step sizes,
+as the loader advances after each batch it delivers), ``SampleStream.plan_chunk`` for that
+step's ``grad_accum_steps`` batches (micro-batches), and
+:class:`~streamload.nodes.materialize.Materialize` (the loader's worker function: read,
+:class:`~streamload.nodes.pack_masks.MaskPacker`, skipped rows). Without a rank the plan takes
+whole global micro-batches (world size 1): rank ``r``'s part of micro-batch ``m`` is its
+rows ``[r·b, (r+1)·b)`` of it, as the rank split is contiguous (docs/design.md §2.6).
 
-A step counts global batches from the start of its pass (``--pass``, default 0). A run that
-was resumed with another global batch size names each run of equal sizes as
-``(first step, global batch size)`` pairs (``--batch-sizes 0:64,1000:128``; a mixture's saved
-state records them as ``schedule.batch_sizes``).
+A step counts optimizer steps (``global_batch_size`` samples, ``grad_accum_steps`` loader
+batches of every rank) from the start of its pass (``--pass``, default 0). A run that was
+resumed with another global batch size names each run of equal sizes as ``(first step,
+global batch size)`` pairs (``--batch-sizes 0:64,1000:128``; a mixture's saved state records
+them as ``schedule.batch_sizes``).
 
-Example (one source, ``B = 4``, world 2): step 3 is samples ``[12, 16)``; rank 1 gets
-``[14, 16)``, rows 2 and 3 of the whole batch.
+Example (one source, ``B = 4``, world 2, ``grad_accum_steps = 1``): step 3 is samples
+``[12, 16)``; rank 1 gets ``[14, 16)``, rows 2 and 3 of the whole batch. With
+``grad_accum_steps = 2`` (``global_batch_size = 8``), step 1 is samples ``[8, 16)``: its
+micro-batch 0 is ``[8, 12)``, micro-batch 1 ``[12, 16)``, rank 1 taking ``[10, 12)`` and
+``[14, 16)``.
 """
 
 from __future__ import annotations
@@ -54,14 +59,15 @@ class StepRequest:
     """Which step to show, and how the run split its batches.
 
     Args:
-        step: Global batches delivered before it in its pass (``>= 0``).
+        step: Optimizer steps delivered before it in its pass (``>= 0``).
         pass_index: The pass (an epoch of a single source without ``num_samples``).
         rank: Show only this data-parallel rank's batch; ``None``: the whole global batch.
         world_size: Data-parallel size (``None``: 1; required with ``rank``).
-        batch_size: Per-rank batch size (``None``: the config's ``global_batch_size`` over the
-            world size, or the size ``batch_sizes`` gives at the step).
+        batch_size: Per-rank batch size (``None``: the config's ``global_batch_size`` over
+            ``grad_accum_steps`` and the world size, or the size ``batch_sizes`` gives at the
+            step).
         batch_sizes: ``(first step, global batch size)`` runs of a resumed run, rising from
-            step 0 (empty: one size for every step).
+            step 0 (empty: one size for every step); sizes are samples per optimizer step.
     """
 
     step: int
@@ -78,12 +84,14 @@ class StepBatch:
 
     Args:
         request: What was asked.
-        split: The rank split at the step (``global_batch = world_size * batch_size``).
+        split: The rank split of each micro-batch (``global_batch = world_size *
+            batch_size``; the step holds ``grad_accum_steps`` of them).
         ranks: The rank of each row of ``batch`` (int64 ``[n]``).
-        batch: The loader's tensors, leading dimension ``n`` (one rank's ``b`` rows, or the
-            whole global batch in rank order).
+        batch: The loader's tensors, leading dimension ``n``: the step's micro-batches in
+            order, each one rank's ``b`` rows or the whole global micro-batch in rank order.
         chunk: The rows' tokens with their document starts where the stream can find them
             (a second read of the same plan, for the view; never used to build ``batch``).
+        micro_batches: The micro-batch (0 to ``grad_accum_steps - 1``) of each row.
     """
 
     request: StepRequest
@@ -91,22 +99,32 @@ class StepBatch:
     ranks: np.ndarray
     batch: dict[str, torch.Tensor]
     chunk: TokenChunk
+    micro_batches: np.ndarray
 
     @property
     def plan(self) -> ChunkPlan:
-        """The planned batch (sample ids, sources, source-local ids ``[1, n]``)."""
+        """The planned step (sample ids, sources, source-local ids ``[micro-batches, n]``)."""
         return self.chunk.plan
 
-    def rank_batch(self, rank: int) -> dict[str, torch.Tensor]:
-        """The batch rank ``rank`` received (a slice of :attr:`batch`).
+    @property
+    def grad_accum_steps(self) -> int:
+        """Loader batches (micro-batches) of each rank in the step."""
+        return int(self.plan.sample_ids.shape[0])
+
+    def rank_batch(self, rank: int, micro_batch: int = 0) -> dict[str, torch.Tensor]:
+        """The batch rank ``rank`` received as micro-batch ``micro_batch`` of the step (a
+        slice of :attr:`batch`).
 
         Raises:
-            ConfigError: the rank is not among those shown.
+            ConfigError: the rank or micro-batch is not among those shown.
         """
-        rows = np.flatnonzero(self.ranks == rank)
+        rows = np.flatnonzero((self.ranks == rank) & (self.micro_batches == micro_batch))
         if rows.size == 0:
             shown = sorted(set(self.ranks.tolist()))
-            raise ConfigError(f"rank {rank} is not shown (ranks {shown})")
+            raise ConfigError(
+                f"rank {rank}, micro-batch {micro_batch} is not shown (ranks {shown}, "
+                f"micro-batches 0 to {self.grad_accum_steps - 1})"
+            )
         first, last = int(rows[0]), int(rows[-1]) + 1
         return {key: value[first:last] for key, value in self.batch.items()}
 
@@ -153,13 +171,16 @@ def resolve_split(config: DataConfig, request: StepRequest) -> RankSpec:
         if rank >= world:
             raise ConfigError(f"--rank {rank} must be in [0, --world-size {world})")
     total, where = _global_batch(config, request, world, step)
-    if total % world:
-        raise ConfigError(f"{where} does not split over --world-size {world}")
-    per_rank = total // world
+    steps = config.grad_accum_steps
+    if total % (steps * world):
+        split = f"grad_accum_steps {steps} x " if steps > 1 else ""
+        raise ConfigError(f"{where} does not split over {split}--world-size {world}")
+    per_rank = total // (steps * world)
     if request.batch_size is not None and request.batch_size != per_rank:
+        factor = f"{steps} micro-batches x " if steps > 1 else ""
         raise ConfigError(
-            f"--batch-size {request.batch_size} disagrees with {where}: {world} ranks x "
-            f"{request.batch_size} != {total}"
+            f"--batch-size {request.batch_size} disagrees with {where}: {factor}{world} ranks "
+            f"x {request.batch_size} != {total}"
         )
     return RankSpec(request.rank or 0, world, per_rank)
 
@@ -174,7 +195,9 @@ def _global_batch(
     if request.batch_size is not None:
         per_rank = _check_count(request.batch_size, "--batch-size", 1)
         check_loader_args(config, batch_size=per_rank, rank=None, world_size=world, num_workers=0)
-        return world * per_rank, f"--world-size {world} x --batch-size {per_rank}"
+        steps = config.grad_accum_steps
+        factor = f"grad_accum_steps {steps} x " if steps > 1 else ""
+        return steps * world * per_rank, f"{factor}--world-size {world} x --batch-size {per_rank}"
     if config.global_batch_size is not None:
         total = config.global_batch_size
         return total, f"global_batch_size = {total} in the config"
@@ -187,62 +210,75 @@ def _global_batch(
 def cursor_at_step(
     stream: SampleStream, pass_index: int, step: int, sizes: tuple[tuple[int, int], ...]
 ) -> StreamCursor:
-    """The loader's cursor before global batch ``step`` of pass ``pass_index``.
+    """The loader's cursor before optimizer step ``step`` of pass ``pass_index``.
 
     Args:
         stream: The stream.
         pass_index: The pass.
-        step: Global batches delivered before, in this pass.
-        sizes: ``(first step, global batch size)`` runs from step 0 (:func:`parse_batch_sizes`).
+        step: Optimizer steps delivered before, in this pass.
+        sizes: ``(first step, global batch size)`` runs from step 0 (:func:`parse_batch_sizes`);
+            each size is samples per optimizer step, ``grad_accum_steps`` global batches.
 
     Raises:
-        ConfigError: the pass ends before ``step``.
+        ConfigError: the pass ends before ``step``, or a size does not split into
+            ``grad_accum_steps`` global batches.
     """
+    accum = stream.config.grad_accum_steps
     cursor = stream.start(pass_index)
     ends = [first for first, _ in sizes[1:]] + [None]
     for (first, size), end in zip(sizes, ends, strict=True):
+        if size % accum:
+            raise ConfigError(
+                f"global batch size {size} (from step {first}) does not split into "
+                f"grad_accum_steps = {accum} global batches"
+            )
         last = end is None or step < end
         count = step - first if last else end - first  # type: ignore[operator]
-        left = stream.batches_left(cursor, size)
+        left = stream.batches_left(cursor, size // accum)
+        left = None if left is None else left // accum
         if left is not None and left < count + last:
             held = first + left
             steps = f" (steps 0 to {held - 1})" if held else ""
             shown = ", ".join(f"{a}:{b}" for a, b in sizes)
+            unit = "global batches" if accum == 1 else "optimizer steps"
             of = f"of {size} samples" if len(sizes) == 1 else f"at global batch sizes {shown}"
             raise ConfigError(
                 f"--step {step} lies beyond the end of pass {pass_index}, which holds {held} "
-                f"global batches {of}{steps}"
+                f"{unit} {of}{steps}"
             )
-        cursor = stream.advance(cursor, count, size)
+        cursor = stream.advance(cursor, count * accum, size // accum)
         if last:
             return cursor
     raise AssertionError("unreachable: the last run has no end")  # pragma: no cover
 
 
 def load_step(stream: SampleStream, request: StepRequest) -> StepBatch:
-    """The batch of ``request.step`` as the loader built it (module docstring).
+    """The batches of optimizer step ``request.step`` as the loader built them (module
+    docstring): its ``grad_accum_steps`` micro-batches in order.
 
     Raises:
         ConfigError: an argument out of range, a step beyond the pass, or after a source's
             policy ended the stream.
     """
     split = resolve_split(stream.config, request)
-    sizes = request.batch_sizes or ((0, split.global_batch),)
+    accum = stream.config.grad_accum_steps
+    sizes = request.batch_sizes or ((0, accum * split.global_batch),)
     cursor = cursor_at_step(stream, request.pass_index, request.step, sizes)
     world, rank = (1, 0) if request.rank is None else (split.world_size, split.rank)
     stream.ended_by = None
-    planned = stream.plan_chunk(cursor, 1, split.global_batch, world, rank)
-    if planned is None:
+    planned = stream.plan_chunk(cursor, accum, split.global_batch, world, rank)
+    if planned is None or planned[0].sample_ids.shape[0] < accum:
         why = stream.ended_by or "the pass ends before it"
         raise ConfigError(f"--step {request.step} was never delivered: {why}")
     plan = planned[0]
-    batch = {key: value[0] for key, value in Materialize(stream)(plan).items()}
+    batch = {key: value.flatten(0, 1) for key, value in Materialize(stream)(plan).items()}
     config = stream.config
     findable = config.eos_token_id is not None or stream.has_documents
     chunk = WindowReader(stream, documents=findable)(plan)
-    n = plan.sample_ids.size
+    n = plan.sample_ids.shape[1]
     if request.rank is None:
-        ranks = np.arange(n, dtype=np.int64) // split.batch_size
+        ranks = np.tile(np.arange(n, dtype=np.int64) // split.batch_size, accum)
     else:
-        ranks = np.full(n, split.rank, dtype=np.int64)
-    return StepBatch(request, split, ranks, batch, chunk)
+        ranks = np.full(n * accum, split.rank, dtype=np.int64)
+    micro = np.repeat(np.arange(accum, dtype=np.int64), n)
+    return StepBatch(request, split, ranks, batch, chunk, micro)

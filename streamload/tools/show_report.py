@@ -65,7 +65,8 @@ def describe_step(
     decoder: tuple[Decoder, int] | None = None,
     tokenizer: str | None = None,
 ) -> dict[str, Any]:
-    """The report of one step (docs/show.md): the split, then every sample in rank order.
+    """The report of one step (docs/show.md): the split, then every sample, micro-batch by
+    micro-batch, each in rank order.
 
     Args:
         stream: The stream the step came from.
@@ -91,7 +92,8 @@ def describe_step(
         "mode": stream.config.sampling.mode.value,
         "seq_len": stream.seq_len,
         "masks": stream.config.packing.masks,
-        "global_batch_size": split.global_batch,
+        "global_batch_size": view.grad_accum_steps * split.global_batch,
+        "grad_accum_steps": view.grad_accum_steps,
         "world_size": split.world_size,
         "batch_size": split.batch_size,
         "rank": request.rank,
@@ -125,11 +127,13 @@ def _sample(
     local = int(plan.local_ids.ravel()[row])
     source = stream.sources[source_id]
     lengths = chunk.lengths
-    rank = int(view.ranks[row])
+    rank, micro = int(view.ranks[row]), int(view.micro_batches[row])
     input_ids = batch["input_ids"][row].tolist()
+    mine = (view.ranks == rank) & (view.micro_batches == micro)
     return {
+        "micro_batch": micro,
         "rank": rank,
-        "row": row - int(np.flatnonzero(view.ranks == rank)[0]),
+        "row": row - int(np.flatnonzero(mine)[0]),
         "sample_index": int(batch["sample_index"][row]),
         "source": source.name,
         "source_id": source_id,

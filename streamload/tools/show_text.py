@@ -45,9 +45,11 @@ def format_step(report: dict[str, Any], decoder: Decoder | None, max_tokens: int
 def _header(report: dict[str, Any], root: str) -> list[str]:
     who = "all ranks" if report["rank"] is None else f"rank {report['rank']}"
     masks = "masks on" if report["masks"] else "masks off"
+    accum = report.get("grad_accum_steps", 1)
+    micro = f"{accum} micro-batches x " if accum > 1 else ""
     lines = [
         f"step {report['step']} of pass {report['pass']}: global batch "
-        f"{report['global_batch_size']} = {_count(report['world_size'], 'rank')} x "
+        f"{report['global_batch_size']} = {micro}{_count(report['world_size'], 'rank')} x "
         f"{report['batch_size']} samples ({who}); seq_len {report['seq_len']}, "
         f"{report['mode']} mode, {masks}",
         "sources: " + ", ".join(f"{i} {n}" for i, n in enumerate(report["sources"])),
@@ -71,7 +73,13 @@ def _sample(
     where = f"source {sample['source']} #{sample['source_sample']} (epoch {sample['source_epoch']})"
     if sample["source_offset"] is not None:
         where += f" at token {sample['source_offset']}"
-    head = f"sample {sample['sample_index']} · rank {sample['rank']} row {sample['row']} · {where}"
+    micro = (
+        f"micro-batch {sample['micro_batch']} · " if report.get("grad_accum_steps", 1) > 1 else ""
+    )
+    head = (
+        f"sample {sample['sample_index']} · {micro}rank {sample['rank']} row {sample['row']} · "
+        f"{where}"
+    )
     if sample["data_tokens"] is not None:
         head += f" · {sample['data_tokens']} of {report['seq_len'] + 1} tokens are data"
     if sample["skipped"]:

@@ -181,3 +181,14 @@ def test_written_files_are_readable_by_others(tmp_path: Path) -> None:
     os.umask(mask)
     for suffix in (".bin", ".idx"):
         assert (tmp_path / f"m{suffix}").stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_rank_positions_drop_the_partial_optimizer_step() -> None:
+    """``samples --rank`` leaves out what the loader never delivers: with 2 accumulation
+    steps of global batches of 4 (2 ranks x 2), a pass of 20 samples delivers 2 whole
+    steps (16 samples); the 4 samples of the partial third step are dropped."""
+    from streamload.cli.samples import rank_positions
+
+    rank1 = rank_positions(0, 20, 1, 2, 2, 20, grad_accum_steps=2).tolist()
+    assert rank1 == [2, 3, 6, 7, 10, 11, 14, 15]
+    assert rank_positions(0, 20, 1, 2, 2, 20).tolist() == [2, 3, 6, 7, 10, 11, 14, 15, 18, 19]

@@ -16,12 +16,13 @@ from tests.helpers.corpus_factory import Corpus
 from tests.helpers.tokenizer import train_bpe
 
 TOP_KEYS = {
-    "schema", "step", "pass", "mode", "seq_len", "masks", "global_batch_size", "world_size",
-    "batch_size", "rank", "sources", "tokenizer", "shards", "samples",
+    "schema", "step", "pass", "mode", "seq_len", "masks", "global_batch_size",
+    "grad_accum_steps", "world_size", "batch_size", "rank", "sources", "tokenizer", "shards",
+    "samples",
 }  # fmt: skip
 SAMPLE_KEYS = {
-    "rank", "row", "sample_index", "source", "source_id", "source_sample", "source_epoch",
-    "source_offset", "data_tokens", "skipped", "input_ids", "labels", "masked",
+    "micro_batch", "rank", "row", "sample_index", "source", "source_id", "source_sample",
+    "source_epoch", "source_offset", "data_tokens", "skipped", "input_ids", "labels", "masked",
     "documents_from", "documents",
 }  # fmt: skip
 DOCUMENT_KEYS = {
@@ -108,3 +109,15 @@ def test_wrong_input_exits_2_with_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("streamload show: error: ")
     assert message in err
+
+
+def test_gradient_accumulation_labels_each_micro_batch(config: Path, capsys) -> None:
+    cfg = json.loads(config.read_text())
+    config.write_text(json.dumps({**cfg, "global_batch_size": 8, "grad_accum_steps": 2}))
+    assert main(["show", str(config), "--step", "1", "--world-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        "step 1 of pass 0: global batch 8 = 2 micro-batches x 2 ranks x 2 samples (all ranks)"
+    )
+    assert out.count("\nsample ") == 8
+    assert "\nsample 12 · micro-batch 1 · rank 0 row 0 · " in out

@@ -129,6 +129,41 @@ def test_a_seq_len_other_than_the_config_s_or_no_batch_size_is_refused(config: P
         data.build(dp_world_size=1, dp_rank=0)
 
 
+def with_global_batch(dp: int, rank: int, local: int, global_batch: int) -> dict[str, Any]:
+    """0.1-0.2's builder call with ``training.global_batch_size`` set."""
+    kwargs = train_spec_kwargs(dp, rank, SEQ_LEN, local)
+    kwargs["job_config"].training.global_batch_size = global_batch
+    return kwargs
+
+
+def test_torchtitans_global_batch_size_sets_the_gradient_accumulation(config: Path) -> None:
+    data = TorchtitanDataConfig(data=config)
+    loader = build_torchtitan_dataloader(data, **with_global_batch(2, 1, 2, 12))
+    assert loader.loader.stream.config.grad_accum_steps == 3
+    next(iter(loader))
+    state = loader.loader.state_dict()
+    assert (state["global_batch_size"], state["cursor"]["in_step"]) == (12, 4)
+    default = build_torchtitan_dataloader(data, **with_global_batch(2, 1, 2, -1))
+    assert default.loader.stream.config.grad_accum_steps == 1
+
+
+@pytest.mark.parametrize(
+    ("settings", "global_batch", "match"),
+    [
+        ({"grad_accum_steps": 2}, 12, "torchtitan accumulates 3 .* grad_accum_steps = 2"),
+        ({"grad_accum_steps": 2}, -1, "torchtitan accumulates 1 .* grad_accum_steps = 2"),
+        ({"global_batch_size": 8}, 12, "global_batch_size = 8; make them agree"),
+        ({}, 10, "global_batch_size = 10 is not a multiple of local_batch_size 2 x dp_degree 2"),
+    ],
+)
+def test_gradient_accumulation_other_than_torchtitans_is_refused(
+    config: Path, settings: dict[str, Any], global_batch: int, match: str
+) -> None:
+    data = TorchtitanDataConfig(data={**json.loads(config.read_text()), **settings})
+    with pytest.raises(ConfigError, match=match):
+        build_torchtitan_dataloader(data, **with_global_batch(2, 0, 2, global_batch))
+
+
 def test_state_is_one_key_equal_on_every_rank(config: Path) -> None:
     states = []
     for dp in (1, 2, 4):

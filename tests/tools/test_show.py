@@ -39,18 +39,23 @@ def view(cfg: dict[str, Any], **request: Any) -> StepBatch:
 def assert_views_match_loaders(
     cfg: dict[str, Any], world: int, steps: Sequence[int], pass_index: int = 0
 ) -> None:
-    """Every rank's loader batch at each step equals the whole-batch view's rank slice and
-    the single-rank view (two passes are walked when ``pass_index`` is 1)."""
-    per_rank = cfg["global_batch_size"] // world
+    """Every rank's loader batches at each optimizer step (its ``grad_accum_steps``
+    micro-batches) equal the whole-step view's rank slices and the single-rank view (two
+    passes are walked when ``pass_index`` is 1)."""
+    accum = cfg.get("grad_accum_steps", 1)
+    per_rank = cfg["global_batch_size"] // (world * accum)
     for rank in range(world):
         loader = streamload.build_loader(cfg, batch_size=per_rank, rank=rank, world_size=world)
         delivered = [list(loader) for _ in range(pass_index + 1)][pass_index]
         for step in steps:
             whole = view(cfg, step=step, pass_index=pass_index, world_size=world)
             mine = view(cfg, step=step, pass_index=pass_index, world_size=world, rank=rank)
-            where = f"pass {pass_index} step {step} rank {rank}"
-            assert_same_batch(whole.rank_batch(rank), delivered[step], where)
-            assert_same_batch(mine.batch, delivered[step], where + " (--rank)")
+            assert mine.micro_batches.tolist() == np.repeat(range(accum), per_rank).tolist()
+            for micro in range(accum):
+                where = f"pass {pass_index} step {step} micro-batch {micro} rank {rank}"
+                want = delivered[step * accum + micro]
+                assert_same_batch(whole.rank_batch(rank, micro), want, where)
+                assert_same_batch(mine.rank_batch(rank, micro), want, where + " (--rank)")
 
 
 def test_a_mixture_step_is_the_loaders_batch_on_every_rank(
@@ -65,6 +70,52 @@ def test_a_mixture_step_is_the_loaders_batch_on_every_rank(
     ]
     cfg["schedule"] = [{"start_step": 4, "weights": {"a": 0.2, "b": 0.8}}]
     assert_views_match_loaders(cfg, world=2, steps=[0, 3, 4, 9])
+
+
+@pytest.mark.filterwarnings("ignore:each pass of")
+def test_a_step_under_gradient_accumulation_shows_its_micro_batches(
+    make_corpus: Callable[..., Corpus],
+) -> None:
+    a, b = make_corpus([600], seed=1), make_corpus([500, 300], seed=2)
+    cfg = a.config(seq_len=16, global_batch_size=12, packing={"masks": True})
+    cfg["grad_accum_steps"] = 3  # 2 ranks x 2 samples x 3 micro-batches
+    cfg["sampling"] = {"shuffle": True, "num_samples": 100}
+    cfg["sources"] = [
+        {"name": "a", "path": str(a.folder), "dtype": a.dtype, "weight": 0.7},
+        {"name": "b", "path": str(b.folder), "dtype": b.dtype, "weight": 0.3},
+    ]
+    cfg["schedule"] = [{"start_step": 4, "weights": {"a": 0.2, "b": 0.8}}]
+    assert_views_match_loaders(cfg, world=2, steps=[0, 3, 4, 7])
+    stream = streamload.build_stream(streamload.load_config(cfg))
+    request = StepRequest(step=4, world_size=2)
+    report = describe_step(stream, load_step(stream, request))
+    assert (report["global_batch_size"], report["grad_accum_steps"]) == (12, 3)
+    assert (report["world_size"], report["batch_size"]) == (2, 2)
+    assert [s["micro_batch"] for s in report["samples"]] == [0] * 4 + [1] * 4 + [2] * 4
+    assert [s["rank"] for s in report["samples"]] == [0, 0, 1, 1] * 3
+    assert [s["row"] for s in report["samples"]] == [0, 1] * 6
+    assert [s["sample_index"] for s in report["samples"]] == list(range(48, 60))
+    with pytest.raises(ConfigError, match=r"the pass ends before it|beyond the end of pass 0"):
+        view(cfg, step=8, world_size=2)  # 100 samples: 8 whole steps of 12
+
+
+@pytest.mark.parametrize(
+    ("request_args", "match"),
+    [
+        ({"step": 0, "world_size": 3}, "global_batch_size = 8 in the config does not split "
+         "over grad_accum_steps 2 x --world-size 3"),
+        ({"step": 0, "world_size": 2, "batch_size": 4}, "grad_accum_steps 2 x world_size 2 x "
+         "batch_size 4 = 16"),
+        ({"step": 0, "batch_sizes": ((0, 5),)},
+         "size 5 at step 0 .* split over grad_accum_steps 2"),
+    ],
+)  # fmt: skip
+def test_wrong_input_under_gradient_accumulation_is_named(
+    make_corpus: Callable[..., Corpus], request_args: dict[str, Any], match: str
+) -> None:
+    cfg = make_corpus([300]).config(seq_len=8, global_batch_size=8)
+    with pytest.raises(ConfigError, match=match):
+        view({**cfg, "grad_accum_steps": 2}, **request_args)
 
 
 @pytest.mark.filterwarnings("ignore:each pass of")
@@ -281,6 +332,7 @@ def test_a_megatron_step_is_the_loaders_batch(
         packing={"masks": True, "reset_attention_mask": False},
     )
     assert_views_match_loaders(cfg, world=2, steps=[0, 9])
+    assert_views_match_loaders({**cfg, "grad_accum_steps": 2, "global_batch_size": 8}, 2, [4])
     stream = streamload.build_stream(streamload.load_config(cfg))
     report = describe_step(stream, load_step(stream, StepRequest(step=9)))
     docs = [d for s in report["samples"] for d in s["documents"]]
