@@ -185,9 +185,10 @@ class PackedSource(ConcatSource):
         n, width = np.asarray(local).size, self.seq_len + 1
         tokens = np.full((n, width), self.pad_token_id, dtype=self.shards.dtype)
         lengths = self.plan.lengths[items].astype(np.int64)
-        loss_mask = None if self.loss_masks is None else np.zeros((n, width), dtype=np.uint8)
         pairs = [(self.shards, tokens)]
-        if self.loss_masks is not None and loss_mask is not None:
+        loss_mask = None
+        if self.loss_masks is not None:  # zero over the padding: a pad label is untrained
+            loss_mask = np.zeros((n, width), dtype=np.uint8)
             pairs.append((self.loss_masks, loss_mask))
         unread = self._gather_items(pairs, items, rows, positions)
         self._check_items(items, rows, positions, tokens)
@@ -268,14 +269,12 @@ class PackedSource(ConcatSource):
         starts, sizes = self.plan.starts[items], self.plan.lengths[items]
         offsets = pairs[0][0].offsets  # a mask set has its token set's offsets
         sids = np.searchsorted(offsets, starts, side="right") - 1
-        places = list(
-            zip(
-                sids.tolist(),
-                (rows * pairs[0][1].shape[1] + positions).tolist(),
-                (starts - offsets[sids]).tolist(),
-                sizes.tolist(),
-                strict=True,
-            )
+        places = zip(
+            sids.tolist(),
+            (rows * pairs[0][1].shape[1] + positions).tolist(),
+            (starts - offsets[sids]).tolist(),
+            sizes.tolist(),
+            strict=True,
         )
         present = np.unique(sids).tolist()
         # each shard's values as one mapped array, and each output as a flat view (row-major

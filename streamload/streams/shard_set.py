@@ -1,9 +1,12 @@
-"""Gathering windows of tokens from a source's shards, one slice copy per window.
+"""Gathering windows of tokens from a source's shards, one copy per window.
 
 The shards of a source form one stream; ``offsets[i]`` is the stream offset of shard i's
 first token. A window is located with one ``searchsorted`` over shards (never over documents)
-and copied straight from the memory map into the output row, so the work per window is one
-``memcpy``. Windows that straddle two shards (only with ``cross_shard = true``) are stitched.
+and copied straight from the memory map: the windows inside one mapped shard by one fancy
+index over a sliding-window view of it (no Python step per window), the others one slice
+each. Windows that straddle two shards (only with ``cross_shard = true``) are stitched. A
+source's loss masks are a second set of this class, gathered with the same offsets
+(:func:`loss_mask_set`).
 
 Remote shards (docs/remote.md) are read by byte range: :meth:`ShardSet.prefetch` turns windows
 into the byte ranges of their shards and starts fetching them (coalesced, bounded
