@@ -17,6 +17,7 @@ it waiting for a group that will never finish.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import queue
 import signal
@@ -263,11 +264,15 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
         stop()
         return
     processes = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         process.terminate()
+    # A worker's sentinel is ready once it has exited, whoever reaps it: the executor's own
+    # thread joins the workers too, so our join could see no exit code in a race.
+    gone = set(multiprocessing.connection.wait([p.sentinel for p in processes], timeout=10.0))
     for process in processes:
-        process.join(5)
+        if process.sentinel not in gone:  # SIGTERM not yet taken (a loaded machine)
+            process.kill()
+    pool.shutdown(wait=True, cancel_futures=True)  # its thread reaps every worker
 
 
 def tokenize(config: TokenizeConfig, progress: ProgressFn | None = None) -> RunSummary:

@@ -178,10 +178,11 @@ def test_a_bad_line_in_one_group_stops_every_worker(
     lines = "".join(json.dumps({"id": "x", "text": t}) + "\n" for t in sentences(50, 2))
     (docs / "a.jsonl").write_text(lines + '{"id": "bad", "text": \n')
     (docs / "b.jsonl").write_text(lines * 2000)  # a long group
+    children = set(multiprocessing.active_children())  # an earlier test's, not this run's
     before = time.monotonic()
     assert main(arguments(tokenizer_path, docs, tmp_path / "out")) == 2
     assert f"{docs / 'a.jsonl'}: line 51 is not valid JSON" in capsys.readouterr().err
-    assert multiprocessing.active_children() == []
+    assert set(multiprocessing.active_children()) <= children
     assert time.monotonic() - before < 60  # generous: the long group is not waited for
     assert not list((tmp_path / "out").glob("part-*"))
 
