@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import sys
 import time
@@ -157,7 +158,9 @@ class PeerDataset(torch.utils.data.Dataset[Batch]):
 def make_batches(
     case: Case, config: dict[str, Any], windows: Windows
 ) -> tuple[Iterator[Batch], Callable[[], None]]:
-    """The batch iterator of a case and how to stop it."""
+    """The batch iterator of a case and how to stop it. Every case maps the shards anew, as
+    the loader does (a reused map would carry the page-table entries of earlier cases)."""
+    windows = copy.copy(windows)  # without its maps (Windows.__getstate__)
     if case.kind == "raw":
         return raw_batches(windows, case.batch_size), lambda: None
     if case.kind == "peer":
@@ -175,10 +178,13 @@ def make_batches(
 
 
 def touch(batch: Batch) -> None:
-    """Read one element per 4 KiB page of every tensor, as a consumer copying it would."""
+    """Read one element per 4 KiB page of every tensor of a page or more, as a consumer
+    copying it would (through numpy: a torch call per tensor would cost the harness more
+    than small tensors weigh, and more for batches with more keys)."""
     for value in batch.values():
-        flat = value.view(-1)
-        flat[:: max(1, 4096 // flat.element_size())].sum()
+        if value.numel() * value.element_size() >= 4096:
+            flat = value.numpy().reshape(-1)
+            int(flat[:: 4096 // flat.itemsize].sum())
 
 
 def measure(
@@ -381,7 +387,12 @@ def notes(args: argparse.Namespace, paths: Sequence[str], shares: dict[str, floa
         f"seq_len {args.seq_len}, shuffle on; page cache warm.",
         f"Per case: {args.warmup_tokens:.3g} warm-up tokens skipped, {args.tokens:.3g} input "
         f"tokens timed; median of {args.repeats} round-robin repeats"
-        + ("; each delivered tensor is touched once per 4 KiB page." if args.touch else "."),
+        + (
+            "; each delivered tensor of a page or more is touched once per 4 KiB page"
+            if args.touch
+            else ""
+        )
+        + "; every case maps the shards anew.",
         "Ratio = median tokens/s / median of the raw baseline at the same batch size (the raw "
         "baseline builds no masks, so masks=on rows include the cost of the masks).",
     ]

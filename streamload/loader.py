@@ -300,6 +300,8 @@ class StreamLoader:
         """Upper bound of one batch's tensors in bytes (inputs, labels, index, masks)."""
         b, length = self.rank.batch_size, self.stream.seq_len
         size = 16 * b * length + 17 * b  # input_ids, labels; sample_index, source_ids, mask
+        if self.stream.config.packing.compact:  # tokens of at most 4 bytes and label_mask
+            size = 5 * b * (length + 1) + 17 * b
         if self.stream.config.packing.masks:
             size += 16 * b * length + 4 * b * (length + 1) + 4 * b
         return size + 64 * 8  # alignment of up to 8 tensors

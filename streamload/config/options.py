@@ -304,15 +304,21 @@ class PackingConfig:
             (``--reset-attention-mask``); ``false``: one segment per sample. Unset: ``masks``.
         eod_mask_loss: With masks, labels predicted from an end-of-document token are -100
             (``--eod-mask-loss``); unset: follows ``masks``.
+        compact: Batches hold ``tokens`` ``[b, seq_len + 1]`` in the data's width (at most
+            int32) instead of int64 ``input_ids`` and ``labels``, which the training step
+            slices on the device; ``label_mask`` where a label can be -100
+            (:mod:`streamload.nodes.compact`, docs/config.md "Compact batches").
     """
 
     masks: bool = False
     reset_position_ids: bool | None = None
     reset_attention_mask: bool | None = None
     eod_mask_loss: bool | None = None
+    compact: bool = False
 
     def __post_init__(self) -> None:
         check_bool(self.masks, "packing.masks")
+        check_bool(self.compact, "packing.compact")
         for name in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss"):
             value = getattr(self, name)
             if value is not None:

@@ -106,6 +106,11 @@ class TorchtitanLoader:
     def __init__(self, loader: StreamLoader, *, infinite: bool = True) -> None:
         if not isinstance(infinite, bool):
             raise ConfigError(f"infinite = {infinite!r}: expected True or False")
+        if loader.stream.config.packing.compact:
+            raise ConfigError(
+                "packing.compact = true: torchtitan's loop takes int64 inputs and labels; "
+                "set packing.compact = false for the torchtitan adapter"
+            )
         self.loader = loader
         self.infinite = infinite
 

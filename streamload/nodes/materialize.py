@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from streamload.nodes._worker_stats import SKIPPED_KEY, count_delivered_skips, skipped_counts
+from streamload.nodes.compact import can_mask_labels, stream_dtype
 from streamload.nodes.pack_masks import MaskPacker
 from streamload.nodes.read_windows import WindowReader, mask_skipped
 from streamload.streams.chunks import ChunkPlan
@@ -26,12 +27,23 @@ class Materialize:
         count_skipped: Add the chunk's skipped samples per batch and source under
             ``SKIPPED_KEY`` when there are any (the loader counts them as it delivers each
             batch, and takes the entry out; :mod:`streamload.nodes._worker_stats`).
+        compact: Compact batches (``None``: the config's ``packing.compact``).
     """
 
-    def __init__(self, stream: Any, count_skipped: bool = False) -> None:
+    def __init__(
+        self, stream: Any, count_skipped: bool = False, compact: bool | None = None
+    ) -> None:
         cfg = stream.config
+        compact = cfg.packing.compact if compact is None else compact
         self.reader = WindowReader(stream, documents=cfg.packing.masks)
-        self.packer = MaskPacker(cfg.packing.masks, cfg.eos_token_id, cfg.packing.flags)
+        self.packer = MaskPacker(
+            cfg.packing.masks,
+            cfg.eos_token_id,
+            cfg.packing.flags,
+            compact=compact,
+            label_mask=compact and can_mask_labels(stream),
+            token_dtype=stream_dtype(stream) if compact else None,
+        )
         self.num_sources = len(stream.sources) if count_skipped else 0
 
     def __call__(self, plan: ChunkPlan) -> dict[str, torch.Tensor]:

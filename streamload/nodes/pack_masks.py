@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torchdata.nodes import BaseNode
 
 from streamload.errors import ConfigError
+from streamload.nodes.compact import compact_dtype, compact_tokens
 from streamload.nodes.map_stage import MapStage
-from streamload.ops.masks import mask_padding, mask_untrained, packing_fields, starts_from_eos
+from streamload.ops.masks import (
+    IGNORE_INDEX,
+    mask_padding,
+    mask_untrained,
+    packing_fields,
+    starts_from_eos,
+)
 from streamload.ops.megatron_masks import mask_pad, switched_fields
 from streamload.streams.chunks import TokenChunk
 
@@ -27,9 +36,22 @@ class MaskPacker:
     ``sample_mask`` (bool ``[K, b]``, false on a padding row, whose ``sample_index`` is -1 and
     labels all -100).
 
+    Compact (``packing.compact``): ``tokens`` (``[K, b, L + 1]`` in the data's width, at most
+    int32: :mod:`streamload.nodes.compact`) replaces ``input_ids`` and
+    ``labels``, which are ``tokens[..., :-1]`` and ``tokens[..., 1:]``; where a label could
+    be -100, ``label_mask`` (bool ``[K, b, L]``, aligned with the labels) is false exactly
+    where the full batch's label is -100.
+
     Args:
         masks: Whether to add packing masks.
         eos_token_id: EOS id that ends documents, where chunks carry no document starts.
+        flags: ``PackingConfig.flags``, Megatron's three switches.
+        compact: Hand out ``tokens`` (and ``label_mask``) instead of inputs and labels.
+        label_mask: With ``compact``, add ``label_mask`` (the config can mask a label:
+            :func:`streamload.nodes.compact.can_mask_labels`).
+        token_dtype: With ``compact``, the dtype of ``tokens`` in every batch
+            (:func:`streamload.nodes.compact.stream_dtype`); ``None``: each chunk's own
+            (:func:`streamload.nodes.compact.compact_dtype`).
     """
 
     def __init__(
@@ -37,34 +59,20 @@ class MaskPacker:
         masks: bool,
         eos_token_id: int | None,
         flags: tuple[bool, bool, bool] = (True, True, True),
+        compact: bool = False,
+        label_mask: bool = True,
+        token_dtype: np.dtype[Any] | None = None,
     ) -> None:
         self.masks = masks
         self.eos_token_id = eos_token_id
-        self.flags = flags  # PackingConfig.flags: Megatron's three switches
+        self.flags = flags
+        self.compact = compact
+        self.label_mask = label_mask
+        self.token_dtype = token_dtype
 
     def __call__(self, chunk: TokenChunk) -> dict[str, torch.Tensor]:
         batches, batch_size = chunk.plan.sample_ids.shape
-        tokens = chunk.tokens
-        arrays: dict[str, np.ndarray] = {
-            "input_ids": tokens[:, :-1].astype(np.int64),
-            "labels": tokens[:, 1:].astype(np.int64),
-        }
-        if tokens.dtype.kind == "i" and tokens.size and int(tokens.min()) < 0:
-            mask_pad(arrays["input_ids"], arrays["labels"])  # Megatron's pad (-1)
-        if chunk.lengths is not None:  # a label that is padding is not predicted
-            mask_padding(arrays["labels"], chunk.lengths)
-        if chunk.loss_mask is not None:  # the data's own mask: an untrained label token
-            mask_untrained(arrays["labels"], chunk.loss_mask)
-        if self.masks:
-            starts = chunk.doc_starts
-            if starts is None:
-                if self.eos_token_id is None:
-                    raise ConfigError("packing masks need eos_token_id or a document index")
-                starts = starts_from_eos(tokens, self.eos_token_id)
-            if all(self.flags):
-                arrays.update(packing_fields(starts, arrays["labels"]))
-            else:
-                arrays.update(switched_fields(starts, arrays["labels"], self.flags))
+        arrays = self._compact(chunk) if self.compact else self._full(chunk)
         out = {
             key: torch.from_numpy(value.reshape(batches, batch_size, *value.shape[1:]))
             for key, value in arrays.items()
@@ -75,8 +83,60 @@ class MaskPacker:
         if padding is not None:  # sample_mask [K, b]: false on a padding row, which adds no loss
             out["sample_mask"] = torch.from_numpy(~padding)
             out["sample_index"] = torch.from_numpy(np.where(padding, -1, chunk.plan.sample_ids))
-            out["labels"][out["sample_mask"].logical_not()] = -100  # ops.masks.IGNORE_INDEX
+            if "labels" in out:
+                out["labels"][out["sample_mask"].logical_not()] = IGNORE_INDEX
+            elif "label_mask" in out:
+                out["label_mask"][out["sample_mask"].logical_not()] = False
         return out
+
+    def _full(self, chunk: TokenChunk) -> dict[str, np.ndarray]:
+        tokens = chunk.tokens
+        arrays = {
+            "input_ids": tokens[:, :-1].astype(np.int64),
+            "labels": tokens[:, 1:].astype(np.int64),
+        }
+        if tokens.dtype.kind == "i" and tokens.size and int(tokens.min()) < 0:
+            mask_pad(arrays["input_ids"], arrays["labels"])  # Megatron's pad (-1)
+        arrays.update(self._mark(chunk, arrays["labels"], IGNORE_INDEX))
+        return arrays
+
+    def _compact(self, chunk: TokenChunk) -> dict[str, np.ndarray]:
+        tokens = chunk.tokens
+        trained = None
+        if self.label_mask:
+            trained = np.ones((tokens.shape[0], tokens.shape[1] - 1), dtype=bool)
+        pads = tokens.dtype.kind == "i" and tokens.size and int(tokens.min()) < 0
+        if pads and trained is not None:  # Megatron's pad (-1): label masked, input 0
+            np.greater_equal(tokens[:, 1:], 0, out=trained)
+        fields = self._mark(chunk, trained, False)
+        if pads:
+            tokens[tokens < 0] = 0  # after the document starts were found from the tokens
+        dtype = compact_dtype(tokens.dtype) if self.token_dtype is None else self.token_dtype
+        arrays = {"tokens": compact_tokens(chunk, dtype), **fields}
+        if trained is not None:
+            arrays["label_mask"] = trained
+        return arrays
+
+    def _mark(self, chunk: TokenChunk, labels: np.ndarray | None, fill: int) -> dict[str, Any]:
+        """Set ``labels`` (int64 labels, or a bool "trained" mask; ``None``: no label can be
+        masked) to ``fill`` where padding, the data's loss mask or, with masks, a document
+        boundary says; return the packing masks."""
+        if labels is not None and chunk.lengths is not None:  # padding is not predicted
+            mask_padding(labels, chunk.lengths, fill)
+        if labels is not None and chunk.loss_mask is not None:  # the data's own mask
+            mask_untrained(labels, chunk.loss_mask)
+        if not self.masks:
+            return {}
+        starts = chunk.doc_starts
+        if starts is None:
+            if self.eos_token_id is None:
+                raise ConfigError("packing masks need eos_token_id or a document index")
+            starts = starts_from_eos(chunk.tokens, self.eos_token_id)
+        if labels is None:  # no label is masked: the fields alone
+            labels = np.ones((starts.shape[0], starts.shape[1] - 1), dtype=bool)
+        if all(self.flags):
+            return packing_fields(starts, labels, fill)
+        return switched_fields(starts, labels, self.flags, fill)
 
 
 class PackMasks(MapStage[TokenChunk, dict[str, torch.Tensor]]):

@@ -19,12 +19,14 @@ IGNORE_INDEX = -100
 
 
 def mask_skipped(batch: dict[str, Any], chunk: TokenChunk) -> dict[str, Any]:
-    """Set every label of the chunk's skipped rows to ``IGNORE_INDEX`` (so they add no loss;
-    the samples keep their index, so order and resumption are unchanged)."""
+    """Set every label of the chunk's skipped rows to ``IGNORE_INDEX`` (a compact batch:
+    its ``label_mask`` to false), so they add no loss; the samples keep their index, so order
+    and resumption are unchanged."""
     rows = chunk.skipped_rows
     if rows.size:
-        labels = batch["labels"]
-        labels.view(-1, labels.shape[-1])[rows] = IGNORE_INDEX
+        key, fill = ("labels", IGNORE_INDEX) if "labels" in batch else ("label_mask", False)
+        labels = batch[key]
+        labels.view(-1, labels.shape[-1])[rows] = fill
     return batch
 
 

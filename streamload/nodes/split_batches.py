@@ -38,7 +38,7 @@ class SplitBatches(BaseNode[Batch]):
     def __init__(self, source: BaseNode[Batch]) -> None:
         super().__init__()
         self.source = source
-        self._chunk: Batch | None = None
+        self._chunk: list[Batch] | None = None  # the chunk in progress, split into batches
         self._chunk_state: dict[str, Any] | None = None
         self._offset = 0
         self._restored: dict[str, Any] | None = None
@@ -59,22 +59,22 @@ class SplitBatches(BaseNode[Batch]):
         while skip:
             self._chunk_state = self.source.state_dict()
             try:
-                self._chunk = next(self.source)
+                self._chunk = _split(next(self.source))
             except StopIteration:
                 raise StateError(
                     f"state SplitBatches.offset = {offset} skips past the end "
                     "of the pass; the state was edited or is corrupt"
                 ) from None
-            self._offset = min(skip, _num_batches(self._chunk))
+            self._offset = min(skip, len(self._chunk))
             skip -= self._offset
         source_state = copy.deepcopy(state[self.SOURCE_KEY])
         self._restored = {self.SOURCE_KEY: source_state, self.OFFSET_KEY: int(offset)}
 
     def next(self) -> Batch:
-        if self._chunk is None or self._offset >= _num_batches(self._chunk):
+        if self._chunk is None or self._offset >= len(self._chunk):
             self._chunk_state = self.source.state_dict()
-            self._chunk, self._offset = next(self.source), 0
-        batch = {key: value[self._offset] for key, value in self._chunk.items()}
+            self._chunk, self._offset = _split(next(self.source)), 0
+        batch = self._chunk[self._offset]
         self._offset += 1
         self._restored = None
         return batch
@@ -82,10 +82,14 @@ class SplitBatches(BaseNode[Batch]):
     def get_state(self) -> dict[str, Any]:
         if self._restored is not None:
             return copy.deepcopy(self._restored)
-        if self._chunk is not None and self._offset >= _num_batches(self._chunk):
+        if self._chunk is not None and self._offset >= len(self._chunk):
             return {self.SOURCE_KEY: self.source.state_dict(), self.OFFSET_KEY: 0}
         return {self.SOURCE_KEY: self._chunk_state, self.OFFSET_KEY: self._offset}
 
 
-def _num_batches(chunk: Batch) -> int:
-    return int(next(iter(chunk.values())).shape[0])
+def _split(chunk: Batch) -> list[Batch]:
+    """The chunk's batches: one dict of views per index of the leading dimension (one
+    ``unbind`` per key and chunk, not an indexing call per key and batch)."""
+    keys = list(chunk)
+    columns = [value.unbind(0) for value in chunk.values()]  # every key: [batches, ...]
+    return [dict(zip(keys, views, strict=True)) for views in zip(*columns, strict=True)]

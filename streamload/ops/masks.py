@@ -36,8 +36,6 @@ __all__ = [
 
 IGNORE_INDEX = -100
 """Label value that ``torch.nn.CrossEntropyLoss`` skips."""
-_MASK_BLOCK = 1 << 16
-"""Labels marked per step of :func:`mask_untrained` (64 Ki: its bool scratch fits in L2)."""
 
 
 def starts_from_eos(tokens: np.ndarray, eos_token_id: int) -> np.ndarray:
@@ -69,9 +67,10 @@ def starts_from_offsets(
     return starts
 
 
-def mask_padding(labels: np.ndarray, lengths: np.ndarray) -> None:
-    """Set ``labels[i, t] = -100`` where the label token ``t + 1`` is padding, i.e. where
-    ``t + 1 >= lengths[i]`` (labels int64 ``[n, L]``, in place; lengths ``[n]``).
+def mask_padding(labels: np.ndarray, lengths: np.ndarray, fill: int = IGNORE_INDEX) -> None:
+    """Set ``labels[i, t] = fill`` (-100) where the label token ``t + 1`` is padding, i.e. where
+    ``t + 1 >= lengths[i]`` (labels int64 ``[n, L]``, or a bool "trained" mask with ``fill``
+    false; in place; lengths ``[n]``).
 
     Trace, L = 4, lengths ``[5, 3]``, labels ``[[1, 2, 3, 4], [7, 8, 9, 9]]`` →
     ``[[1, 2, 3, 4], [7, 8, -100, -100]]``.
@@ -82,7 +81,7 @@ def mask_padding(labels: np.ndarray, lengths: np.ndarray) -> None:
     first = np.asarray(lengths, dtype=np.int64) - 1  # first masked label column
     rows = np.flatnonzero(first < width)
     for row, column in zip(rows.tolist(), np.maximum(first[rows], 0).tolist(), strict=True):
-        labels[row, column:] = IGNORE_INDEX
+        labels[row, column:] = fill
 
 
 def mask_untrained(labels: np.ndarray, loss_mask: np.ndarray) -> None:
@@ -92,20 +91,24 @@ def mask_untrained(labels: np.ndarray, loss_mask: np.ndarray) -> None:
 
     Trace, L = 4, labels ``[[5, 6, 7, 8]]``, loss_mask ``[[0, 0, 1, 1, 0]]`` (a prompt of two
     tokens, then a trained answer, then an untrained token) → ``[[-100, 6, 7, -100]]``.
+
+    A bool ``labels`` is a "trained" mask: it is and-ed with the loss mask instead.
     """
-    # In blocks of rows: the comparison's scratch stays in cache and is reused, where one
-    # chunk-sized bool array (about a million tokens) costs fresh pages on every chunk.
-    rows = max(1, _MASK_BLOCK // max(1, labels.shape[1]))
-    scratch = np.empty((min(rows, labels.shape[0]), labels.shape[1]), dtype=bool)
-    for first in range(0, labels.shape[0], rows):
-        block = loss_mask[first : first + rows, 1:]
-        untrained = np.equal(block, 0, out=scratch[: block.shape[0]])
-        if untrained.any():  # rows of sources without masks are all ones
-            np.copyto(labels[first : first + rows], IGNORE_INDEX, where=untrained)
+    if labels.dtype == np.bool_:
+        np.logical_and(labels, loss_mask[:, 1:], out=labels)
+        return
+    # One comparison and one masked copy over the whole block: measured faster than the same
+    # in cache-sized blocks of rows (benchmarks/mask_kernels.py, RESULTS.md "Loss-mask kernels").
+    untrained = np.equal(loss_mask[:, 1:], 0)
+    if untrained.any():  # rows of sources without masks are all ones
+        np.copyto(labels, IGNORE_INDEX, where=untrained)
 
 
-def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
-    """Masks of a block of windows; masks ``labels`` (int64 ``[n, L]``) in place.
+def packing_fields(
+    starts: np.ndarray, labels: np.ndarray, fill: int = IGNORE_INDEX
+) -> dict[str, np.ndarray]:
+    """Masks of a block of windows; masks ``labels`` (int64 ``[n, L]``, or a bool "trained"
+    mask with ``fill`` false) in place with ``fill``.
 
     Documents are sparse (one start per hundreds of tokens), so the work is done on the list
     of segments, and the dense outputs are written once each with ``np.repeat``.
@@ -123,7 +126,7 @@ def packing_fields(starts: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarr
     # previous row's last label (flat index - 1) and add an empty segment.
     keep = col > 0
     row, col = row[keep], col[keep]
-    labels.reshape(-1)[row * length + col - 1] = IGNORE_INDEX
+    labels.reshape(-1)[row * length + col - 1] = fill
     inner = col < length
     seg_start, seg_row, seg_doc, first = _segments(n, length, row[inner], col[inner])
     seg_len = np.diff(np.append(seg_start, n * length))

@@ -32,17 +32,19 @@ def mask_pad(input_ids: np.ndarray, labels: np.ndarray) -> None:
 
 
 def switched_fields(
-    starts: np.ndarray, labels: np.ndarray, flags: tuple[bool, bool, bool]
+    starts: np.ndarray, labels: np.ndarray, flags: tuple[bool, bool, bool], fill: int = IGNORE_INDEX
 ) -> dict[str, np.ndarray]:
     """:func:`packing_fields` with Megatron's three switches applied.
 
     Args:
         starts: Document starts, bool ``[n, L + 1]``.
-        labels: int64 ``[n, L]``, masked in place when ``eod_mask_loss``.
+        labels: int64 ``[n, L]`` (or a bool "trained" mask), set to ``fill`` in place where
+            ``eod_mask_loss`` masks.
         flags: ``(reset_position_ids, reset_attention_mask, eod_mask_loss)``.
+        fill: What a masked label becomes (-100; false in a "trained" mask).
     """
     reset_positions, reset_attention, eod_mask_loss = flags
-    fields = packing_fields(starts, labels if eod_mask_loss else labels.copy())
+    fields = packing_fields(starts, labels if eod_mask_loss else labels.copy(), fill)
     n, length = labels.shape
     if not reset_positions:
         fields["position_ids"] = np.tile(np.arange(length, dtype=np.int64), (n, 1))

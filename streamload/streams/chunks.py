@@ -8,7 +8,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ChunkPlan", "TokenChunk", "new_loss_mask", "put_loss_mask", "source_window_starts"]
+__all__ = [
+    "ChunkPlan",
+    "TokenChunk",
+    "new_loss_mask",
+    "put_loss_mask",
+    "put_rows",
+    "source_window_starts",
+]
 
 
 @dataclass(frozen=True)
@@ -69,14 +76,23 @@ def new_loss_mask(sources: Sequence[Any], shape: tuple[int, ...]) -> np.ndarray 
     return np.empty(shape, dtype=np.uint8)
 
 
-def put_loss_mask(block: np.ndarray, rows: np.ndarray, part: np.ndarray | None) -> np.ndarray:
-    """``block`` with its ``rows`` set to ``part`` (a source's mask rows; ``None``: a source
-    without masks, all trained). When the rows are the whole block, ``part`` itself is the
-    block (no copy)."""
-    if part is not None and rows.shape[0] == block.shape[0]:
+def put_rows(block: np.ndarray, rows: np.ndarray, part: np.ndarray) -> np.ndarray:
+    """``block`` with its ``rows`` set to ``part`` (one source's rows of a chunk). When the
+    rows are the whole block and ``part`` has its dtype, ``part`` itself is the block (no
+    copy: a chunk of one source)."""
+    if rows.shape[0] == block.shape[0] and part.dtype == block.dtype:
         return part
-    block[rows] = 1 if part is None else part
+    block[rows] = part
     return block
+
+
+def put_loss_mask(block: np.ndarray, rows: np.ndarray, part: np.ndarray | None) -> np.ndarray:
+    """:func:`put_rows` of a source's mask rows; ``None``: a source without masks, all
+    trained."""
+    if part is None:
+        block[rows] = 1
+        return block
+    return put_rows(block, rows, part)
 
 
 def source_window_starts(sources: Sequence[Any], src: np.ndarray, local: np.ndarray) -> np.ndarray:

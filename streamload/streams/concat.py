@@ -48,6 +48,7 @@ from streamload.streams.chunks import (
     TokenChunk,
     new_loss_mask,
     put_loss_mask,
+    put_rows,
     source_window_starts,
 )
 from streamload.streams.concat_source import ConcatSource
@@ -240,11 +241,13 @@ class ConcatStream:
         for index in np.unique(src).tolist():
             rows = np.flatnonzero(src == index)
             source = self.sources[index]
-            tokens[rows], starts[rows] = source.read(local[rows])
+            part, part_starts = source.read(local[rows])
+            tokens, starts = put_rows(tokens, rows, part), put_rows(starts, rows, part_starts)
             if doc_starts is not None:
-                doc_starts[rows] = self._doc_starts(source, tokens[rows], starts[rows])
+                found = self._doc_starts(source, part, part_starts)
+                doc_starts = put_rows(doc_starts, rows, found)
             if loss_mask is not None:
-                loss_mask = put_loss_mask(loss_mask, rows, source.read_loss_mask(starts[rows]))
+                loss_mask = put_loss_mask(loss_mask, rows, source.read_loss_mask(part_starts))
         return TokenChunk(plan, tokens, starts, doc_starts, loss_mask=loss_mask)
 
     def _doc_starts(

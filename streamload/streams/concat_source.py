@@ -99,8 +99,7 @@ class ConcatSource:
     def read(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens ``[n, seq_len + 1]`` (file dtype) and window stream offsets ``[n]``."""
         starts = self.window_starts(np.asarray(local).ravel())
-        tokens = np.empty((starts.shape[0], self.seq_len + 1), dtype=self.shards.dtype)
-        self.shards.gather(starts, tokens)
+        tokens = self.shards.windows(starts, self.seq_len + 1, self.shards.dtype)
         self.check_tokens(tokens, starts)
         return tokens, starts
 
@@ -109,8 +108,7 @@ class ConcatSource:
         offsets ``starts``, from the shards' mask files; ``None`` when the source has none."""
         if self.loss_masks is None:
             return None
-        out = np.empty((starts.shape[0], self.seq_len + 1), dtype=np.uint8)
-        return self.loss_masks.gather(starts, out)
+        return self.loss_masks.windows(starts, self.seq_len + 1, np.dtype(np.uint8))
 
     def document_starts(self, starts: np.ndarray) -> np.ndarray:
         """Document starts ``[n, seq_len + 1]`` from the format's index."""

@@ -16,7 +16,13 @@ from typing import Any
 import numpy as np
 
 from streamload.plan.packing import ALGORITHM, GROUP_SIZE
-from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask, put_loss_mask
+from streamload.streams.chunks import (
+    ChunkPlan,
+    TokenChunk,
+    new_loss_mask,
+    put_loss_mask,
+    put_rows,
+)
 from streamload.streams.concat import ConcatStream
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.packed_source import PackedSource
@@ -56,9 +62,10 @@ class PackedStream(ConcatStream):
         for index in np.unique(src).tolist():
             rows = np.flatnonzero(src == index)
             block = self.sources[index].read_rows(local[rows])
-            tokens[rows], starts[rows], lengths[rows] = block[0], block[1], block[2]
+            tokens, starts = put_rows(tokens, rows, block[0]), put_rows(starts, rows, block[1])
+            lengths = put_rows(lengths, rows, block[2])
             if doc_starts is not None:
-                doc_starts[rows] = block[3]
+                doc_starts = put_rows(doc_starts, rows, block[3])
             skipped[rows] = block[4]
             if loss_mask is not None:
                 loss_mask = put_loss_mask(loss_mask, rows, block[5])

@@ -234,6 +234,19 @@ class ShardSet:
         index = int(np.searchsorted(self.offsets, stream_offset, side="right")) - 1
         return index, stream_offset - int(self.offsets[index])
 
+    def windows(self, starts: np.ndarray, length: int, dtype: np.dtype[Any]) -> np.ndarray:
+        """A new ``[n, length]`` array of ``dtype`` holding the windows at stream offsets
+        ``starts`` (:meth:`gather`). When every window lies inside one mapped shard, they are
+        indexed out of it straight into the new array (one copy, not a block then a copy)."""
+        if starts.size and not self.remote:
+            sid = int(np.searchsorted(self.offsets, starts[0], side="right")) - 1
+            lo, hi = int(self.offsets[sid]), int(self.offsets[sid + 1])
+            if int(starts.min()) >= lo and int(starts.max()) + length <= hi:
+                view = _mapped_windows(self.shard(sid), hi - lo, length)
+                if view is not None:
+                    return view[starts - lo].astype(dtype, copy=False)
+        return self.gather(starts, np.empty((starts.shape[0], length), dtype=dtype))
+
     def gather(self, starts: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Fill ``out[i]`` with stream tokens ``[starts[i], starts[i] + out.shape[1])``.
 
@@ -289,11 +302,11 @@ class ShardSet:
                 shard = get(sid)
             except RemoteReadError:  # the per-row path raises or skips its rows
                 continue
-            if getattr(shard, "remote_array", True) is not None:  # read by range, or encoded
+            view = _mapped_windows(shard, self.shards[sid].num_tokens, length)
+            if view is None:
                 continue
-            whole = shard.tokens(0, self.shards[sid].num_tokens)
             rows = np.flatnonzero(todo & (shard_ids == sid))
-            out[rows] = sliding_window_view(whole, length)[local[rows]]
+            out[rows] = view[local[rows]]
             done[rows] = True
         return done
 
@@ -423,3 +436,11 @@ def loss_mask_set(
     if not any(s.loss_mask for s in shards):
         return None
     return ShardSet(tuple(mask_shard(s) for s in shards), storage)
+
+
+def _mapped_windows(shard: TokenShard, num_tokens: int, length: int) -> np.ndarray | None:
+    """Every window of ``length`` tokens of a memory-mapped shard, as a sliding-window view
+    (no copy); ``None`` for a shard read by range or encoded."""
+    if getattr(shard, "remote_array", True) is not None:
+        return None
+    return sliding_window_view(shard.tokens(0, num_tokens), length)

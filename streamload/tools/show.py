@@ -271,7 +271,8 @@ def load_step(stream: SampleStream, request: StepRequest) -> StepBatch:
         why = stream.ended_by or "the pass ends before it"
         raise ConfigError(f"--step {request.step} was never delivered: {why}")
     plan = planned[0]
-    batch = {key: value.flatten(0, 1) for key, value in Materialize(stream)(plan).items()}
+    full = Materialize(stream, compact=False)(plan)  # the full layout, whatever the config
+    batch = {key: value.flatten(0, 1) for key, value in full.items()}
     config = stream.config
     findable = config.eos_token_id is not None or stream.has_documents
     chunk = WindowReader(stream, documents=findable)(plan)
