@@ -69,7 +69,8 @@ def catalog_key(fmt: str, jobs: Sequence[Job]) -> str | None:
             text = json.dumps(sorted(siblings.versions.items()))
             folder = folders[id(siblings)] = hashlib.sha256(text.encode()).hexdigest()
         fields = (listed.path, listed.relpath, listed.size, listed.version, options.dtype,
-                  options.meta_dtype, options.vocab_size, options.eos_token_id, folder)  # fmt: skip
+                  options.meta_dtype, options.vocab_size, options.eos_token_id,
+                  options.column, folder)  # fmt: skip
         digest.update(json.dumps(fields).encode() + b"\n")
     return digest.hexdigest()
 

@@ -35,9 +35,12 @@ __all__ = [
     "source_filesystem",
 ]
 
-TOKEN_SUFFIXES = (".npy", ".bin", ".pbin", ".ds")
+TOKEN_SUFFIXES = (
+    ".npy", ".bin", ".pbin", ".ds", ".arrow", ".parquet", ".mds", ".mds.zstd", ".mds.gz",
+)  # fmt: skip
 """Suffixes a folder listing treats as token files (companions such as ``.idx``,
-``.csv.gz``, ``.ds.index`` or ``metadata.yaml`` are read with them, not listed)."""
+``.csv.gz``, ``.ds.index``, ``metadata.yaml`` or an ``index.json`` are read with them, not
+listed)."""
 
 _GLOB_CHARS = "*?["
 

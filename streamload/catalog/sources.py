@@ -141,6 +141,7 @@ def describe_source(
             vocab_size=vocab_size,
             eos_token_id=eos_token_id,
             tokenizer=_tokenizer_spec(source),
+            column=source.column,
         )
         listed = ListedFile(source_url(fs, f.path, source), f.relpath, f.size, f.version)
         jobs.append((listed, options, siblings[folder]))

@@ -38,11 +38,27 @@ class ShardFormat(str, enum.Enum):
     JSONL = "jsonl"
     """Raw ``.jsonl`` tokenized on the fly, prepared with ``streamload tokenize --format jsonl``
     (a ``.idx`` and a ``.tok.json`` record beside it; docs/tokenize.md)."""
+    ARROW = "arrow"
+    """Hugging Face ``datasets.save_to_disk`` folders (Arrow IPC files): a list-of-integers
+    column (``column``, default ``input_ids``), one row per document."""
+    PARQUET = "parquet"
+    """Parquet files with a list-of-integers column (``column``, default ``input_ids``), one
+    row per document (Hugging Face Hub datasets, ``to_parquet``)."""
+    MDS = "mds"
+    """Mosaic Streaming ``index.json`` + ``shard.NNNNN.mds``: a token column (``column``) per
+    sample, one sample per document."""
+    LITDATA = "litdata"
+    """LitData ``index.json`` + ``chunk-*.bin`` written by ``optimize`` with ``TokensLoader``:
+    one token stream, like a NumPy folder."""
 
     @classmethod
     def _missing_(cls, value: object) -> ShardFormat | None:
         # former names still accepted (streamload.formats.base.FORMAT_ALIASES)
         return cls.NUMPY if value == "npy" else None
+
+
+_COLUMN_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.MDS)
+"""Formats whose files hold named columns (``[[sources]] column``)."""
 
 
 class SourcePolicy(str, enum.Enum):
@@ -90,6 +106,8 @@ class SourceConfig:
             OLMo-core ``labels_mask*`` beside ``token_ids*``); ``"none"`` ignores them; a
             folder, glob, file or list of those names the mask files, paired in listing
             order with the source's shards.
+        column: The token column of an ``arrow``, ``parquet`` or ``mds`` source (``None``:
+            the format's default, ``input_ids`` for Arrow/Parquet).
     """
 
     name: str
@@ -106,6 +124,7 @@ class SourceConfig:
     eos_token_id: int | None = None
     text_field: str = "text"
     label_masks: str | tuple[str, ...] = "auto"
+    column: str | None = None
 
     def __post_init__(self) -> None:
         where = f"source {show(self.name)}"
@@ -141,6 +160,7 @@ class SourceConfig:
         if self.weight is not None:
             check_number(self.weight, f"{where}: weight", 0)
         self._check_label_masks(where)
+        self._check_column(where)
 
     def _check_label_masks(self, where: str) -> None:
         masks = self.label_masks
@@ -159,6 +179,18 @@ class SourceConfig:
             )
         if isinstance(masks, list):
             object.__setattr__(self, "label_masks", tuple(masks))
+
+    def _check_column(self, where: str) -> None:
+        if self.column is None:
+            return
+        if not isinstance(self.column, str) or not self.column:
+            raise ConfigError(f"{where}: column = {show(self.column)} must be a column name")
+        if self.format not in _COLUMN_FORMATS:
+            names = ", ".join(repr(f.value) for f in _COLUMN_FORMATS)
+            raise ConfigError(
+                f"{where}: column = {show(self.column)} only applies to format = {names} "
+                f"(this source's format is {self.format.value!r})"
+            )
 
     def _check_tokenizing(self, where: str) -> None:
         for name in ("bos_token_id", "eos_token_id"):

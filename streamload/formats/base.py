@@ -96,6 +96,8 @@ class ReadOptions:
         eos_token_id: The config's ``eos_token_id`` (top level): a tatm file's trailing
             zero that is this EOS ending the last document is a token, not padding
             (:mod:`streamload.formats.raw`).
+        column: The source's ``column`` (Arrow, Parquet, MDS: the token column; ``None``:
+            the format's default).
     """
 
     dtype: str = "auto"
@@ -103,6 +105,7 @@ class ReadOptions:
     vocab_size: int | None = None
     tokenizer: TokenizerSpec | None = None
     eos_token_id: int | None = None
+    column: str | None = None
 
 
 @dataclass(frozen=True)

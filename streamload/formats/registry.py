@@ -20,8 +20,12 @@ __all__ = [
     "sniff_format",
 ]
 
-_MODULES = ("megatron", "modalities", "datatrove", "dolma", "jsonl", "npy", "raw")
-"""Format modules in sniffing order; each exposes ``FORMAT``, its ``ShardFormatSpec``."""
+_MODULES = (
+    "megatron", "modalities", "datatrove", "dolma", "mds", "litdata", "arrow", "parquet",
+    "jsonl", "npy", "raw",
+)  # fmt: skip
+"""Format modules in sniffing order; each exposes ``FORMAT``, its ``ShardFormatSpec`` (a
+module not yet written is left out)."""
 
 _OPEN_ONLY = ("loss_mask",)
 """Modules of what is opened like a shard but never sniffed, listed or configured (a token

@@ -211,7 +211,7 @@ def test_out_of_range_values(cfg: dict[str, Any], match: str) -> None:
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
-        (with_source(format="parquet"), r"source 'web': format = 'parquet' is not one of 'auto'"),
+        (with_source(format="orc"), r"source 'web': format = 'orc' is not one of 'auto'"),
         (minimal(sampling={"mode": "sharded"}), r"sampling\.mode = 'sharded' is not one of"),
         (with_source(dtype="float32"), r"source 'web': dtype = 'float32' is not 'auto' or one"),
         (with_source(dtype="u2"), r"source 'web': dtype = 'u2'"),
@@ -328,3 +328,13 @@ def test_path_list_becomes_a_tuple() -> None:
     source = streamload.SourceConfig(name="web", path=["/a", "/b"])
     assert source.path == ("/a", "/b")
     assert source.paths == ("/a", "/b")
+
+
+def test_column_is_a_name_for_formats_with_columns() -> None:
+    """``column`` names a token column of an arrow, parquet or mds source (or ``auto``)."""
+    config = DataConfig.from_dict(with_source(format="parquet", column="tokens"))
+    assert config.sources[0].column == "tokens"
+    with pytest.raises(ConfigError, match=r"source 'web': column = '' must be a column name"):
+        DataConfig.from_dict(with_source(format="parquet", column=""))
+    with pytest.raises(ConfigError, match=r"column = 'tokens' only applies to format = 'auto'"):
+        DataConfig.from_dict(with_source(format="megatron", column="tokens"))
