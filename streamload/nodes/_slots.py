@@ -4,19 +4,24 @@ Fresh shared memory per result is slow: every chunk pays for a new segment and f
 in and zeroing its pages (about 18 ms per 16 MiB chunk here, more than computing it). A
 fixed pool of slots is allocated once, before the workers start; a worker writes its result
 into the slot the consumer assigned to the task and sends only the slot number and layout.
-The consumer copies the chunk out of the slot at once (one large copy is about three times
-cheaper than one copy per batch: fresh large allocations are faulted in in bulk) and returns
-the slot immediately, so delivered batches never alias memory a later chunk overwrites.
+The consumer hands out views of the slot, not copies (a copy of every chunk on the training
+thread was the largest part of process workers' cost to the step): the slot is *leased*
+until the last tensor viewing it is freed, as torch's own shared-memory tensors live as long
+as a view of them does, and only then goes back to the pool (:class:`SlotPool`), so a
+delivered batch never aliases memory a later chunk overwrites. A batch the training loop
+keeps only keeps its slot out of the pool: when no slot is free, a result falls back to the
+ordinary pickled hand-off (slower, never wrong, never a hang).
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["SlotRef", "read_slot", "write_slot"]
+__all__ = ["SlotPool", "SlotRef", "read_slot", "write_slot"]
 
 _ALIGN = 64
 
@@ -49,12 +54,55 @@ def write_slot(value: Any, slots: list[torch.Tensor], slot: int | None) -> Any:
     return SlotRef(slot, layout)
 
 
-def read_slot(ref: SlotRef, slots: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Copies of the tensors a worker stored in a slot (the slot may be reused at once)."""
+def read_slot(ref: SlotRef, slots: list[torch.Tensor], pool: SlotPool) -> dict[str, torch.Tensor]:
+    """Views of the tensors a worker stored in a slot; the slot stays leased from ``pool``
+    until every one of them (and every view of them) is freed."""
     buffer = slots[ref.slot].numpy()
-    out = {}
-    for key, dtype, shape, offset in ref.layout:
+    arrays = []
+    for _, dtype, shape, offset in ref.layout:
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        array = buffer[offset : offset + nbytes].view(np.dtype(dtype)).reshape(shape)
-        out[key] = torch.from_numpy(array).clone()
-    return out
+        arrays.append(buffer[offset : offset + nbytes].view(np.dtype(dtype)).reshape(shape))
+    pool.lease(ref.slot, arrays)
+    return {key: torch.from_numpy(a) for (key, *_), a in zip(ref.layout, arrays, strict=True)}
+
+
+class SlotPool:
+    """The slots not assigned to an item in flight and not viewed by a delivered result.
+
+    Each array handed to :func:`torch.from_numpy` is referenced only by its tensor's storage,
+    which every view of the tensor keeps alive; a finalizer per array counts them down and
+    returns the slot when the last one is freed (in whichever thread drops it: list and set
+    updates are atomic under the GIL).
+    """
+
+    def __init__(self) -> None:
+        self.free: list[int] = []
+        self.leased: set[int] = set()
+
+    def reset(self, count: int) -> None:
+        """All ``count`` slots free except those a delivered result still views."""
+        self.free = [s for s in range(count) if s not in self.leased]
+
+    def take(self) -> int | None:
+        """A free slot for the next item, or ``None`` (the item is handed over pickled)."""
+        return self.free.pop() if self.free else None
+
+    def give_back(self, slot: int) -> None:
+        """Return a slot whose result was not a slot's (a fallback or a failure)."""
+        self.free.append(slot)
+
+    def lease(self, slot: int, arrays: list[np.ndarray]) -> None:
+        """Keep ``slot`` out of the pool until every array in ``arrays`` is freed."""
+        if not arrays:
+            self.free.append(slot)
+            return
+        self.leased.add(slot)
+        left = [len(arrays)]
+        for array in arrays:
+            weakref.finalize(array, self._drop, slot, left)
+
+    def _drop(self, slot: int, left: list[int]) -> None:
+        left[0] -= 1
+        if left[0] == 0:
+            self.leased.discard(slot)
+            self.free.append(slot)

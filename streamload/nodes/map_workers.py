@@ -42,7 +42,7 @@ import torch.multiprocessing as tmp
 from torchdata.nodes import BaseNode
 
 from streamload.errors import WorkerDiedError, add_note
-from streamload.nodes._slots import SlotRef, read_slot, write_slot
+from streamload.nodes._slots import SlotPool, SlotRef, read_slot, write_slot
 from streamload.nodes._worker_failure import _Failure
 from streamload.nodes._worker_stats import merge_storage_deltas, take_storage_deltas
 from streamload.nodes.map_stage import unwrap_legacy_state
@@ -55,6 +55,9 @@ Y = TypeVar("Y")
 
 _DONE = "__streamload_worker_done__"
 _POLL_SECONDS = 0.2
+_HELD_CHUNKS = 2
+"""Slots beyond those of the items in flight: delivered chunks whose views are still alive
+(the chunk being split into batches and the batch the training step holds)."""
 _SHUTDOWN_SECONDS = 30.0
 
 
@@ -152,7 +155,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         self.mp_context = mp_context
         self.slot_bytes = slot_bytes if method == "process" else 0
         self._slots: list[Any] = []
-        self._free: list[int] = []
+        self._pool = SlotPool()
         self._workers: list[Any] = []
         self._tasks: list[Any] = []
         self._results: list[Any] = []
@@ -181,10 +184,10 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         seq = self._delivered
         value, failure = self._receive(seq)
         slot = self._slot_of.pop(seq)
-        if isinstance(value, SlotRef):
-            value = read_slot(value, self._slots)
-        if slot is not None:  # also when the result fell back to a normal hand-off
-            self._free.append(slot)
+        if isinstance(value, SlotRef):  # views: the slot comes back when they are freed
+            value = read_slot(value, self._slots, self._pool)
+        elif slot is not None:  # the result fell back to a normal hand-off (or failed)
+            self._pool.give_back(slot)
         if failure is not None:
             self._shutdown()
             raise self._reraise(seq, failure)
@@ -196,8 +199,9 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         return self._state if self._state is not None else self.source.state_dict()
 
     def free_slots(self) -> int:
-        """Shared-memory slots not assigned to an item in flight (all of them when idle)."""
-        return len(self._free)
+        """Shared-memory slots neither assigned to an item in flight nor viewed by a delivered
+        result (all of them when idle and every result is freed)."""
+        return len(self._pool.free)
 
     def _start(self) -> None:
         make: Any
@@ -208,10 +212,12 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
             ctx: Any = tmp.get_context(self.mp_context)
             new_queue, make = ctx.Queue, ctx.Process
             if self.slot_bytes and not self._slots:
-                count = self.max_inflight  # a slot is freed as soon as its chunk is copied out
+                # items in flight, and the chunks whose batches the consumer still holds
+                # (the one being split into batches, the training step's)
+                count = self.max_inflight + _HELD_CHUNKS
                 self._slots = [torch.empty(self.slot_bytes, dtype=torch.uint8).share_memory_()
                                for _ in range(count)]  # fmt: skip
-        self._free = list(range(len(self._slots)))
+        self._pool.reset(len(self._slots))
         self._tasks = [new_queue() for _ in range(self.num_workers)]
         self._results = [new_queue() for _ in range(self.num_workers)]
         for index in range(self.num_workers):
@@ -244,7 +250,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
                 return
             seq = self._submitted
             self._states[seq] = self.source.state_dict()
-            slot = self._free.pop() if self._free else None
+            slot = self._pool.take()
             self._slot_of[seq] = slot
             self._tasks[seq % self.num_workers].put((seq, item, slot))
             self._submitted += 1
