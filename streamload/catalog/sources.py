@@ -142,6 +142,7 @@ def describe_source(
             eos_token_id=eos_token_id,
             tokenizer=_tokenizer_spec(source),
             column=source.column,
+            cache_root=storage.cache_root,
         )
         listed = ListedFile(source_url(fs, f.path, source), f.relpath, f.size, f.version)
         jobs.append((listed, options, siblings[folder]))

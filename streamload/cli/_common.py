@@ -14,17 +14,23 @@ __all__ = ["add_data_arguments", "catalog_from_args", "open_all"]
 
 
 def add_data_arguments(parser: Any) -> None:
-    """``PATH...``, ``--format`` and ``--dtype``."""
+    """``PATH...``, ``--format``, ``--dtype`` and ``--column``."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files, folders, globs, prefixes")
     parser.add_argument("--format", default="auto", help="format (default: sniff each file)")
     parser.add_argument("--dtype", default="auto", help="token dtype where the format lacks it")
+    parser.add_argument(
+        "--column", default=None, help="token column of Arrow, Parquet or MDS files"
+    )
 
 
 def catalog_from_args(
     args: argparse.Namespace, vocab_size: int | None = None, eos_token_id: int | None = None
 ) -> SourceCatalog:
     """Describe the shards named on the command line (listing and headers only)."""
-    source = SourceConfig(name="cli", path=tuple(args.paths), format=args.format, dtype=args.dtype)
+    source = SourceConfig(
+        name="cli", path=tuple(args.paths), format=args.format, dtype=args.dtype,
+        column=getattr(args, "column", None),
+    )  # fmt: skip
     return describe_source(source, vocab_size, eos_token_id=eos_token_id)
 
 

@@ -98,6 +98,8 @@ class ReadOptions:
             (:mod:`streamload.formats.raw`).
         column: The source's ``column`` (Arrow, Parquet, MDS: the token column; ``None``:
             the format's default).
+        cache_root: The source's disk cache folder (``[storage]``; ``None``: the default),
+            where a format keeps what it derives once from a file (MDS: a decoded column).
     """
 
     dtype: str = "auto"
@@ -106,6 +108,7 @@ class ReadOptions:
     tokenizer: TokenizerSpec | None = None
     eos_token_id: int | None = None
     column: str | None = None
+    cache_root: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,140 @@
+"""LitData chunks written by ``litdata.optimize(..., item_loader=TokensLoader())`` (FORMATS §7):
+``format = "litdata"``.
+
+A folder holds ``index.json`` and ``chunk-{rank}-{i}.bin`` files. A chunk is
+``u32 N``, ``u32 offsets[N + 1]`` (absolute byte offsets, ``offsets[0] = 4·(N + 2)``), then
+the N items back to back, each a raw token array without a header. So a chunk's tokens are
+one contiguous array at byte ``4·(N + 2)``: each chunk is one shard, memory-mapped (or read by
+range when remote) exactly like a NumPy shard, and a folder is one token stream.
+
+Documents: ``TokensLoader`` ignores item boundaries (its blocks run across items) and so does
+streamload: like a NumPy folder, documents are found at ``eos_token_id`` (put the EOS in the
+items when optimizing, as litgpt does). Reading with ``TokensLoader(block_size = seq_len + 1)``
+means windows of ``seq_len + 1`` tokens at stride ``seq_len + 1`` that never cross a chunk;
+streamload carves its own windows (``sampling.cross_shard = false`` keeps them inside a
+chunk).
+
+Sniffing is by content: an ``index.json`` in the folder and a chunk header whose first offset
+is ``4·(N + 2)`` (an MDS shard's is larger: its JSON config sits between). ``describe``
+checks the file against the index (listed, size, item count, token count, dtype) and every
+item offset of the header.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from streamload.errors import FormatError
+from streamload.formats._index_json import INDEX_NAME, load_index
+from streamload.formats._litdata_index import LitdataChunk, LitdataIndex, parse_litdata_index
+from streamload.formats.base import (
+    ListedFile,
+    MemmapShard,
+    ReadOptions,
+    ShardInfo,
+    TokenShard,
+    open_head,
+)
+
+__all__ = ["FORMAT", "FORMAT_NAME", "LitdataFormat", "check_chunk_header"]
+
+FORMAT_NAME = "litdata"
+
+
+def _header_looks_like_chunk(head: bytes) -> bool:
+    if len(head) < 8:
+        return False
+    count, first = struct.unpack_from("<II", head)
+    if first != 4 * (count + 2):
+        return False
+    return len(head) < 12 or struct.unpack_from("<I", head, 8)[0] >= first
+
+
+def check_chunk_header(header: bytes, chunk: LitdataChunk, itemsize: int, path: str) -> None:
+    """Check a chunk's ``4·(N + 2)`` header bytes against its index entry.
+
+    Raises:
+        FormatError: another item count, offsets that do not start after the header,
+            decrease, end elsewhere than the file's end, or cut a token in two.
+    """
+    (count,) = struct.unpack_from("<I", header)
+    if count != chunk.items:
+        raise FormatError(
+            f"{path}: header says {count} items but {INDEX_NAME} says chunk_size "
+            f"{chunk.items}; the chunk or the index comes from another run"
+        )
+    offsets = np.frombuffer(header, dtype="<u4", count=count + 1, offset=4).astype(np.int64)
+    sizes = np.diff(offsets)
+    checks = (
+        (offsets[0] == len(header), f"offsets[0] is {offsets[0]}, expected {len(header)}"),
+        (not (sizes < 0).any(), "its item offsets decrease"),
+        (offsets[-1] == chunk.nbytes, f"its items end at byte {offsets[-1]}"),
+        (not (sizes % itemsize).any(), f"an item is not a whole number of {itemsize}-byte tokens"),
+    )  # fmt: skip
+    for ok, problem in checks:
+        if not ok:
+            raise FormatError(
+                f"{path}: {problem}; expected a TokensLoader chunk of {count} items ending at "
+                f"byte {chunk.nbytes} (the file is damaged)"
+            )
+
+
+class LitdataFormat:
+    """LitData ``TokensLoader`` chunks: ``index.json`` + ``chunk-*.bin``."""
+
+    name = FORMAT_NAME
+    has_documents = False
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        return INDEX_NAME in siblings and _header_looks_like_chunk(head)
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        index: LitdataIndex = load_index(fs, file.path, "LitData", parse_litdata_index)
+        chunk = _listed_chunk(index, file)
+        dtype = index.dtype
+        if options.dtype != "auto" and np.dtype(options.dtype) != dtype.newbyteorder("="):
+            raise FormatError(
+                f"{file.path}: {INDEX_NAME} says data_format {index.data_format!r} "
+                f"({dtype.name} tokens) but the config says dtype = {options.dtype!r}; "
+                "remove dtype or fix it"
+            )
+        offset = 4 * (chunk.items + 2)
+        expected = offset + chunk.tokens * dtype.itemsize
+        if file.size != expected or chunk.nbytes != expected:
+            state = "truncated" if file.size < expected else "not what the index describes"
+            state += " (or the index comes from another run)"
+            raise FormatError(
+                f"{file.path}: {file.size} bytes, but {INDEX_NAME} says {chunk.items} items of "
+                f"{chunk.tokens} {dtype.name} tokens ({expected} bytes with the header; "
+                f"chunk_bytes {chunk.nbytes}); the file is {state}"
+            )
+        with open_head(fs, file.path) as fh:
+            header = fh.read(offset)
+        if len(header) != offset:
+            raise FormatError(f"{file.path}: the file ends inside its {offset}-byte header")
+        check_chunk_header(header, chunk, dtype.itemsize, file.path)
+        meta = {"num_items": chunk.items}
+        return ShardInfo(
+            file.path, file.relpath, file.size, self.name, dtype.str, offset, chunk.tokens,
+            meta=meta,
+        )  # fmt: skip
+
+    def open(self, info: ShardInfo) -> TokenShard:
+        return MemmapShard(info)
+
+
+def _listed_chunk(index: LitdataIndex, file: ListedFile) -> LitdataChunk:
+    name = file.path.rsplit("/", 1)[-1]
+    chunk = index.chunks.get(name)
+    if chunk is None:
+        raise FormatError(
+            f"{file.path}: not listed in the {INDEX_NAME} beside it ({len(index.chunks)} "
+            "chunks); a chunk of another dataset, or the index is from another run"
+        )
+    return chunk
+
+
+FORMAT = LitdataFormat()

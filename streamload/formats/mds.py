@@ -1,0 +1,174 @@
+"""Mosaic Streaming MDS shards (FORMATS §8): ``format = "mds"``.
+
+A folder holds ``index.json`` (version 2) and ``shard.NNNNN.mds`` files, or compressed
+``shard.NNNNN.mds.zstd`` / ``.mds.gz`` ones. Each shard file is one streamload shard; each
+sample is one document, whose tokens are the sample's token column (``column``, or the only
+``ndarray``/``bytes`` column: :mod:`streamload.formats._mds_column` says which encodings are
+read and which are refused). Other columns are not read.
+
+The token column is scattered through the shard (each sample has its own header and other
+columns), so each shard is decoded once — decompressed first when compressed — into a
+contiguous token array in the disk cache (:mod:`streamload.formats._mds_cache`), keyed by the
+file's sha256, and memory-mapped from there: reads then cost what a NumPy shard's cost. The
+decoding happens when the shard is described (the token count needs every sample's header),
+so with the catalog cache a warm start reads neither the shards nor their index.
+
+Sniffing is by content: an ``index.json`` in the folder and either a zstd or gzip magic, or
+an uncompressed header (``u32 n``, then offsets whose first lies past the ``4·(n + 2)``-byte
+table by the size of the shard's JSON config). ``describe`` then requires the index to be an
+MDS index listing the file, with the listed size.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import struct
+from typing import Any
+
+import numpy as np
+
+from streamload.config.storage import default_cache_dir
+from streamload.errors import FormatError
+from streamload.formats._index_json import INDEX_NAME, load_index
+from streamload.formats._mds_cache import decoded_key, load_decoded, save_decoded
+from streamload.formats._mds_column import TokenColumn, token_column
+from streamload.formats._mds_decode import DecodedShard, decode_shard
+from streamload.formats._mds_index import MdsIndex, MdsShardEntry, parse_mds_index
+from streamload.formats._mds_read import (
+    GZIP_MAGIC,
+    ZSTD_MAGIC,
+    content_sha256,
+    decompress,
+    read_listed,
+    read_opened,
+)
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
+
+__all__ = ["FORMAT", "FORMAT_NAME", "MdsFormat", "MdsShard"]
+
+FORMAT_NAME = "mds"
+MAX_CONFIG_BYTES = 1 << 16
+"""Most bytes of the JSON config between a shard's offset table and its first sample (real
+ones are ~250 bytes); a larger gap is not sniffed as MDS."""
+
+
+def _looks_like_shard(head: bytes) -> bool:
+    if head.startswith((ZSTD_MAGIC, GZIP_MAGIC)):
+        return True
+    if len(head) < 8:
+        return False
+    count, first = struct.unpack_from("<II", head)
+    table = 4 * (count + 2)
+    return table < first <= table + MAX_CONFIG_BYTES
+
+
+class MdsShard:
+    """An opened MDS shard: its decoded tokens (mapped from the cache) and one document per
+    sample."""
+
+    remote_array = None
+    """Always mapped (the decoded copy is local), so windows take the zero-copy gather."""
+
+    def __init__(self, info: ShardInfo, decoded: DecodedShard) -> None:
+        self.info = info
+        self._tokens = decoded.tokens
+        self._bounds = decoded.bounds
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        return self._tokens[start:stop]
+
+    def document_bounds(self) -> np.ndarray:
+        return self._bounds
+
+
+def _entry(index: MdsIndex, file: ListedFile, fs: Any) -> tuple[MdsShardEntry, str | None]:
+    """The file's index entry and its compression (``None``: the raw shard)."""
+    name = posixpath.basename(file.path)
+    entry = index.shards.get(name)
+    if entry is None:
+        raise FormatError(
+            f"{file.path}: not listed in {index.path}; a shard of another dataset, or the index "
+            "is from another run"
+        )
+    zipped = name == entry.zip_name
+    expected = entry.zip_bytes if zipped else entry.raw_bytes
+    if file.size != expected:
+        raise FormatError(
+            f"{file.path}: {file.size} bytes but {INDEX_NAME} says {expected} "
+            f"(shards[{entry.number}]); the file is truncated or from another run"
+        )
+    twin = posixpath.join(posixpath.dirname(file.path), entry.raw_name)
+    if zipped and fs.exists(twin):
+        raise FormatError(
+            f"{file.path}: its decompressed copy {entry.raw_name} is in the same folder (a "
+            "Streaming cache); both hold the same samples: list one kind, e.g. path = "
+            f'"{posixpath.dirname(file.path)}/*.mds"'
+        )
+    return entry, entry.compression if zipped else None
+
+
+def _meta(entry: MdsShardEntry, col: TokenColumn, compression: str | None) -> dict[str, Any]:
+    """What :meth:`MdsFormat.open` needs to decode the shard again without its index."""
+    return {
+        "samples": entry.samples,
+        "raw_bytes": entry.raw_bytes,
+        "compression": compression,
+        "columns": list(entry.names),
+        "encodings": list(entry.encodings),
+        "sizes": list(entry.sizes),
+        "column": col.name,
+    }
+
+
+def _decode(data: Any, meta: dict[str, Any], dtype: str, where: str) -> DecodedShard:
+    entry = MdsShardEntry(
+        0, "", int(meta["raw_bytes"]), None, None, meta["compression"], int(meta["samples"]),
+        tuple(meta["columns"]), tuple(meta["encodings"]), tuple(meta["sizes"]),
+    )  # fmt: skip
+    col = token_column(entry, meta["column"], dtype, where)
+    if meta["compression"] is not None:
+        data = decompress(data, meta["compression"], entry.raw_bytes, where)
+    return decode_shard(data, entry, col, where)
+
+
+class MdsFormat:
+    """Mosaic Streaming MDS shards: ``index.json`` + ``shard.NNNNN.mds[.zstd|.gz]``."""
+
+    name = FORMAT_NAME
+    has_documents = True
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        return INDEX_NAME in siblings and _looks_like_shard(head)
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        index: MdsIndex = load_index(fs, file.path, "MDS", parse_mds_index)
+        entry, compression = _entry(index, file, fs)
+        col = token_column(entry, options.column, options.dtype, file.path)
+        data = read_listed(fs, file.path, file.size)
+        meta = _meta(entry, col, compression)
+        decoded = _decode(data, meta, options.dtype, file.path)
+        dtype = decoded.tokens.dtype
+        meta["sha256"] = content_sha256(data)
+        meta["key"] = decoded_key(meta["sha256"], col.name, col.encoding, col.position, dtype.str)
+        meta["cache_root"] = options.cache_root or default_cache_dir()
+        meta["num_documents"] = int(decoded.bounds.size - 1)
+        save_decoded(meta["cache_root"], meta["key"], decoded)
+        return ShardInfo(
+            file.path, file.relpath, file.size, self.name, dtype.str, 0,
+            int(decoded.tokens.size), meta=meta,
+        )  # fmt: skip
+
+    def open(self, info: ShardInfo) -> MdsShard:
+        meta, dtype = info.meta, np.dtype(info.dtype)
+        docs = int(meta["num_documents"])
+        decoded = load_decoded(meta["cache_root"], meta["key"], dtype, info.num_tokens, docs)
+        if decoded is None:  # not cached here (another machine, a cleared cache): decode again
+            data = read_opened(info)
+            if content_sha256(data) != meta["sha256"]:
+                raise FormatError(f"{info.path}: its content changed since start-up")
+            decoded = _decode(data, meta, dtype.str, info.path)
+            save_decoded(meta["cache_root"], meta["key"], decoded)
+        return MdsShard(info, decoded)
+
+
+FORMAT = MdsFormat()

@@ -1,0 +1,260 @@
+"""Mosaic MDS: real MDSWriter fixtures read token for token against StreamingDataset's output,
+strict errors, the decoded cache, the loader (exact batches, exact resumption), S3."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import struct
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamload import build_loader
+from streamload.catalog.sources import SourceCatalog, describe_source
+from streamload.config import SourceConfig
+from streamload.errors import FormatError
+from streamload.formats import open_shard
+from streamload.formats.mds import MdsShard
+from streamload.testing import assert_batches_equal, assert_resumes_exactly
+from tests.helpers.paths import TESTS
+from tests.helpers.shards import documents, is_mapped
+
+DATA = TESTS / "fixtures" / "mds"
+EXPECTED = json.loads((DATA / "expected.json").read_text())["datasets"]
+READ = ["u16", "i32_zstd", "u16_gz", "fixed", "any_dtype", "bytes_i64", "two_arrays"]
+OPTIONS = {"bytes_i64": {"dtype": "int64"}, "two_arrays": {"column": "tokens"}}
+
+
+def describe(path: Path | str, **kw: Any) -> SourceCatalog:
+    return describe_source(SourceConfig(name="m", path=str(path), **kw))
+
+
+def read_documents(path: Path | str, **kw: Any) -> list[list[int]]:
+    return [doc for info in describe(path, **kw).shards for doc in documents(open_shard(info))]
+
+
+def write_mds(folder: Path, docs: list[np.ndarray], per_shard: int, gz: bool = False) -> Path:
+    """MDS shards as MDSWriter writes them (columns ``id: str``, ``tokens: ndarray:<dtype>``;
+    byte-identical: checked against the real fixture below)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    dtype = np.dtype(docs[0].dtype).name
+    columns = {"column_encodings": ["str", f"ndarray:{dtype}"], "column_names": ["id", "tokens"],
+               "column_sizes": [None, None]}  # fmt: skip
+    shards = []
+    for number, lo in enumerate(range(0, len(docs), per_shard)):
+        samples = [_sample(f"d{i}", docs[i]) for i in range(lo, min(lo + per_shard, len(docs)))]
+        config = {**columns, "compression": "gz" if gz else None, "format": "mds",
+                  "hashes": [], "size_limit": 300, "version": 2}  # fmt: skip
+        head = json.dumps(config, sort_keys=True).encode()
+        sizes = np.cumsum([0] + [len(s) for s in samples]) + 4 * (len(samples) + 2) + len(head)
+        data = struct.pack("<I", len(samples)) + sizes.astype("<u4").tobytes() + head
+        data += b"".join(samples)
+        raw = f"shard.{number:05d}.mds"
+        entry = {**config, "raw_data": {"basename": raw, "bytes": len(data), "hashes": {}},
+                 "samples": len(samples), "zip_data": None}  # fmt: skip
+        if gz:
+            packed = gzip.compress(data)
+            entry["zip_data"] = {"basename": raw + ".gz", "bytes": len(packed), "hashes": {}}
+            raw, data = raw + ".gz", packed
+        (folder / raw).write_bytes(data)
+        shards.append(entry)
+    (folder / "index.json").write_text(json.dumps({"shards": shards, "version": 2}, sort_keys=True))
+    return folder
+
+
+def _sample(name: str, tokens: np.ndarray) -> bytes:
+    code = next(c for c, t in enumerate("BHIQ") if tokens.size < 1 << (8 << c))
+    array = bytes([4 | code]) + struct.pack("<" + "BHIQ"[code], tokens.size) + tokens.tobytes()
+    return struct.pack("<II", len(name), len(array)) + name.encode() + array
+
+
+@pytest.mark.parametrize("name", READ)
+def test_real_fixtures_read_as_streaming_dataset_reads_them(name: str) -> None:
+    expected = [s["tokens"] for s in EXPECTED[name]["samples"]]
+    catalog = describe(DATA / name, **OPTIONS.get(name, {}))
+    assert {s.format for s in catalog.shards} == {"mds"}
+    assert read_documents(DATA / name, **OPTIONS.get(name, {})) == expected
+    shard = open_shard(catalog.shards[0])
+    assert isinstance(shard, MdsShard) and is_mapped(shard.tokens(0, 2))
+
+
+def test_dtypes_come_from_the_encoding() -> None:
+    dtypes = {n: {s.dtype for s in describe(DATA / n, **OPTIONS.get(n, {})).shards} for n in READ}
+    assert dtypes == {
+        "u16": {"<u2"}, "i32_zstd": {"<i4"}, "u16_gz": {"<u2"}, "fixed": {"<u2"},
+        "any_dtype": {"<u2"}, "bytes_i64": {"<i8"}, "two_arrays": {"<u2"},
+    }  # fmt: skip
+
+
+def test_test_writer_is_byte_identical_to_mdswriter(tmp_path: Path) -> None:
+    docs = [np.asarray(s["tokens"], dtype=np.uint16) for s in EXPECTED["u16"]["samples"]]
+    write_mds(tmp_path, docs, per_shard=4)
+    for name in ("shard.00000.mds", "shard.00001.mds"):
+        assert (tmp_path / name).read_bytes() == (DATA / "u16" / name).read_bytes()
+    assert json.loads((tmp_path / "index.json").read_text()) == json.loads(
+        (DATA / "u16" / "index.json").read_text()
+    )
+
+
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=12),
+    per_shard=st.integers(1, 5),
+    dtype=st.sampled_from(["uint16", "int32", "uint8", "int64"]),
+    gz=st.booleans(),
+)
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+def test_any_documents_read_back_exactly(
+    tmp_path: Path, lengths: list[int], per_shard: int, dtype: str, gz: bool
+) -> None:
+    rng = np.random.default_rng(len(lengths))
+    docs = [rng.integers(0, 200, n).astype(dtype) for n in lengths]
+    folder = write_mds(tmp_path / uuid.uuid4().hex, docs, per_shard, gz)
+    assert read_documents(folder) == [d.tolist() for d in docs]
+
+
+def test_decoded_cache_is_reused_and_rebuilt(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("STREAMLOAD_CACHE_DIR", str(tmp_path / "cache"))
+    shards = describe(DATA / "i32_zstd").shards
+    cached = sorted((tmp_path / "cache" / "mds").rglob("*.tokens"))
+    assert len(cached) == len(shards) == 3  # one per shard, written at describe
+    info = shards[0]
+    shutil.rmtree(tmp_path / "cache" / "mds")
+    assert documents(open_shard(info)) == [[7, 8, 9, 0], [12, 13, 0]]
+    assert len(list((tmp_path / "cache" / "mds").rglob("*.tokens"))) == 1  # decoded again
+
+
+def copy_of(tmp_path: Path, name: str) -> Path:
+    return Path(shutil.copytree(DATA / name, tmp_path / name))
+
+
+def edit_index(folder: Path, edit: Any) -> None:
+    index = json.loads((folder / "index.json").read_text())
+    edit(index)
+    (folder / "index.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    ("name", "kw", "message"),
+    [
+        ("pkl", {}, "pkl is never read"),
+        ("two_arrays", {}, "2 columns could hold tokens"),
+        ("two_arrays", {"column": "ids"}, "column = 'ids' is not a column"),
+        ("two_arrays", {"column": "id"}, "is encoded 'str'"),
+        ("bytes_i64", {}, "does not record the token width"),
+        ("u16", {"dtype": "int32"}, "the config says dtype = 'int32'"),
+        ("any_dtype", {"dtype": "int32"}, "the config says dtype = 'int32'"),
+    ],
+)
+def test_wrong_column_or_dtype_is_refused(name: str, kw: dict[str, str], message: str) -> None:
+    with pytest.raises(FormatError, match=message):
+        describe(DATA / name, **kw)
+
+
+def test_damaged_files_are_refused(tmp_path: Path) -> None:
+    folder = copy_of(tmp_path, "u16")
+    shard = folder / "shard.00000.mds"
+    data = shard.read_bytes()
+    shard.write_bytes(data[:-3])
+    with pytest.raises(FormatError, match=r"bytes but index\.json says"):
+        describe(folder)
+    edit_index(folder, lambda ix: ix["shards"][0]["raw_data"].update(bytes=len(data) - 3))
+    with pytest.raises(FormatError, match="it is truncated"):
+        describe(folder)
+    shard.write_bytes(data[:-4] + b"\xff" * 4)  # a token's bytes changed: still consistent
+    edit_index(folder, lambda ix: ix["shards"][0]["raw_data"].update(bytes=len(data)))
+    assert describe(folder).num_tokens == 19
+    bad = bytearray(data)
+    bad[230] = 0x3C  # the first sample's ndarray header: ndim 15 (was 1)
+    shard.write_bytes(bytes(bad))
+    with pytest.raises(FormatError, match="sample 0's column 'tokens'"):
+        describe(folder)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda ix: ix.update(version=1), "version is 1; expected 2"),
+        (lambda ix: ix["shards"][0].update(format="jsonl"), "'mds' shards only"),
+        (lambda ix: ix["shards"][0].update(compression="br"), "compression 'br' is not read"),
+        (lambda ix: ix["shards"][0].update(samples=9), "header says 4 samples"),
+        (lambda ix: ix["shards"][0]["raw_data"].update(basename="x.mds"), "not listed in"),
+        (lambda ix: ix["shards"][0].update(column_sizes=[None]), "three lists"),
+    ],
+)
+def test_bad_index_is_refused(tmp_path: Path, edit: Any, message: str) -> None:
+    folder = copy_of(tmp_path, "u16")
+    edit_index(folder, edit)
+    with pytest.raises(FormatError, match=message):
+        describe(folder)
+
+
+def test_missing_or_corrupt_index_is_refused(tmp_path: Path) -> None:
+    folder = copy_of(tmp_path, "u16")
+    (folder / "index.json").write_text('{"shards": [')
+    with pytest.raises(FormatError, match="not valid JSON"):
+        describe(folder, format="mds")
+    (folder / "index.json").unlink()
+    with pytest.raises(FormatError, match=r"index .*index\.json is missing"):
+        describe(folder, format="mds")
+
+
+def test_corrupt_zstd_and_raw_twin_are_refused(tmp_path: Path) -> None:
+    folder = copy_of(tmp_path, "i32_zstd")
+    shard = folder / "shard.00000.mds.zstd"
+    shard.write_bytes(shard.read_bytes()[:-6] + b"\0" * 6)
+    with pytest.raises(FormatError, match="corrupt zstd stream"):
+        describe(folder)
+    folder = copy_of(tmp_path / "b", "u16_gz")
+    (folder / "shard.00000.mds").write_bytes(b"\0" * 8)
+    with pytest.raises(FormatError, match=r"decompressed copy shard\.00000\.mds"):
+        describe(folder / "shard.00000.mds.gz")
+
+
+def loader_config(path: str | Path, **source: Any) -> dict[str, Any]:
+    return {"seq_len": 16, "seed": 3, "eos_token_id": 0, "packing": {"masks": True},
+            "sources": [{"name": "m", "path": str(path), **source}]}  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_loader_batches_equal_a_numpy_folder_of_the_same_tokens(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    docs = [np.append(rng.integers(1, 500, n), 0).astype(np.uint16)
+            for n in rng.integers(1, 40, 120)]  # fmt: skip
+    mds = write_mds(tmp_path / "mds", docs, per_shard=25)
+    npy = tmp_path / "npy"
+    npy.mkdir()
+    for k, lo in enumerate(range(0, len(docs), 25)):
+        np.save(npy / f"shard_{k:05d}.npy", np.concatenate(docs[lo : lo + 25]))
+    with build_loader(loader_config(npy), batch_size=4) as loader:
+        expected = list(loader)
+    with build_loader(loader_config(mds), batch_size=4, num_workers=2) as loader:
+        assert_batches_equal(expected, list(loader), "mds vs numpy")
+    assert_resumes_exactly(
+        lambda: build_loader(loader_config(mds), batch_size=4),
+        make_resumed=lambda: build_loader(loader_config(mds), batch_size=4, num_workers=2),
+    )
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_s3_reads_equal_local(s3: Any, tmp_path: Path) -> None:
+    pytest.importorskip("s3fs")
+    url = s3.upload_folder(DATA / "i32_zstd", "corpora", uuid.uuid4().hex[:12])
+    local = loader_config(DATA / "i32_zstd")
+    local["seq_len"] = 4
+    remote = {**local, "storage": {"cache_dir": str(tmp_path / "cache"), "retries": 2}}
+    remote["sources"] = [{"name": "m", "path": url, "storage_options": s3.storage_options()}]
+    with build_loader(local, batch_size=1) as loader:
+        expected = list(loader)
+    with build_loader(remote, batch_size=1) as loader:
+        assert_batches_equal(expected, list(loader), "s3 vs local")
+    assert os.listdir(tmp_path / "cache")
