@@ -26,8 +26,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("src", help="source file, folder, glob or Megatron prefix")
     p.add_argument(
         "dst",
-        help="output: a prefix (megatron), a file ending in .pbin (modalities), .npy (dolma) "
-        "or .ds (datatrove), or a folder (numpy); never replaced if it exists",
+        help="output: a prefix (megatron), a file ending in .pbin (modalities), .npy (dolma), "
+        ".ds (datatrove) or .parquet (parquet), or a folder (numpy); never replaced if it exists",
     )
     p.add_argument("--to", required=True, choices=TARGETS, help="output format")
     p.add_argument("--dtype", help="output token dtype (default: the source's)")

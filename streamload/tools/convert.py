@@ -11,9 +11,10 @@ Destination rules (every target):
 
 * ``megatron``: a path prefix (``out/web_text_document``; a trailing ``.bin``/``.idx`` is
   dropped), written as ``PREFIX.bin`` + ``PREFIX.idx``;
-* ``modalities``, ``dolma``, ``datatrove``: a file whose name ends in the format's suffix
-  (``.pbin``, ``.npy``, ``.ds``), which is how readers recognise the format; another name is
-  refused (:class:`ConfigError` naming the suffix), never silently renamed;
+* ``modalities``, ``dolma``, ``datatrove``, ``parquet``: a file whose name ends in the
+  format's suffix (``.pbin``, ``.npy``, ``.ds``, ``.parquet``), which is how readers (and
+  folder listings) recognise the format; another name is refused (:class:`ConfigError`
+  naming the suffix), never silently renamed;
 * ``numpy``: a folder of ``shard_00000.npy``…; it must not exist or be empty;
 * an existing folder given for a single-file target receives the format's default name;
 * nothing is ever replaced: an existing output is refused;
@@ -59,10 +60,10 @@ __all__ = [
     "parse_dtype",
 ]
 
-TARGETS = ("megatron", "modalities", "dolma", "numpy", "datatrove")
+TARGETS = ("megatron", "modalities", "dolma", "numpy", "datatrove", "parquet")
 """Formats ``streamload convert`` writes."""
 
-SUFFIXES = {"modalities": ".pbin", "dolma": ".npy", "datatrove": ".ds"}
+SUFFIXES = {"modalities": ".pbin", "dolma": ".npy", "datatrove": ".ds", "parquet": ".parquet"}
 """The suffix a single-file target's name must end in (readers recognise the format by it)."""
 
 NUMPY_SHARD_TOKENS = 1 << 28
@@ -73,6 +74,7 @@ _DEFAULT_NAMES = {
     "modalities": "data.pbin",
     "dolma": "part-0-00000.npy",
     "datatrove": "data_00000_unshuffled.ds",
+    "parquet": "train-00000-of-00001.parquet",
 }
 """The name written inside a folder given as the destination of a single-file target."""
 
@@ -157,7 +159,7 @@ def output_paths(fmt: str, destination: str, *, masks: bool = False) -> list[str
         paths = [destination.removesuffix(".npy") + CSV_SUFFIX, destination]
     elif fmt == "datatrove":
         paths = [destination + ".index", destination + ".metadata", destination]
-    elif fmt == "modalities":
+    elif fmt in ("modalities", "parquet"):
         paths = [destination]
     else:
         return [destination]  # a NumPy folder holds its shards' masks
@@ -292,6 +294,10 @@ def _format_writer(
         from streamload.formats.datatrove import DatatroveWriter
 
         return DatatroveWriter(path, tokenizer_name, dtype.itemsize, save_loss_metadata=masks)
+    if fmt == "parquet":
+        from streamload.formats.parquet import ParquetWriter
+
+        return ParquetWriter(path, dtype)
     from streamload.formats.modalities import ModalitiesWriter
 
     return ModalitiesWriter(path, dtype.itemsize)

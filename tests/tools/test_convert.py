@@ -345,6 +345,6 @@ def test_read_only_destination_is_a_one_line_error(tmp_path: Path, corpus: Corpu
 
 def test_unknown_target_is_a_usage_error(tmp_path: Path, corpus: Corpus, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(convert_args(corpus, tmp_path / "o", "parquet"))
+        main(convert_args(corpus, tmp_path / "o", "hdf5"))
     assert exit_info.value.code == 2
-    assert "invalid choice: 'parquet'" in capsys.readouterr().err
+    assert "invalid choice: 'hdf5'" in capsys.readouterr().err

@@ -1,0 +1,122 @@
+"""The token column of an Arrow or Parquet table: found by name, type-checked, decoded.
+
+Hugging Face ``datasets`` stores a tokenized corpus as one row per document with a
+``list<int*>`` column (``input_ids`` by default): the list offsets are the document index and
+the list values, concatenated, are the token stream. Both the Arrow IPC reader
+(:mod:`streamload.formats.arrow`) and the Parquet reader (:mod:`streamload.formats.parquet`)
+check the column here, so a missing column, a float, string or nested column and nulls are
+refused with the same message, naming the file, the column and what it holds.
+
+pyarrow is an optional dependency (the ``arrow`` extra); it is imported only when an Arrow or
+Parquet file is described or read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from streamload.errors import FormatError
+
+__all__ = [
+    "DEFAULT_COLUMN",
+    "column_name",
+    "import_pyarrow",
+    "list_columns",
+    "token_dtype",
+    "token_lists",
+]
+
+DEFAULT_COLUMN = "input_ids"
+"""The token column when a source names none (what ``datasets`` tokenizing writes)."""
+
+
+def import_pyarrow(path: str) -> Any:
+    """The ``pyarrow`` module, or a :class:`FormatError` saying which extra installs it."""
+    try:
+        import pyarrow
+    except ImportError:
+        raise FormatError(
+            f"{path}: reading Arrow and Parquet files needs pyarrow; install it with "
+            "pip install 'streamload[arrow]'"
+        ) from None
+    return pyarrow
+
+
+def column_name(column: str | None) -> str:
+    """The configured token column, else :data:`DEFAULT_COLUMN`."""
+    return column or DEFAULT_COLUMN
+
+
+def token_dtype(schema: Any, column: str, path: str) -> np.dtype:
+    """The numpy dtype of the tokens in ``column`` of a pyarrow ``schema``.
+
+    Raises:
+        FormatError: no such column (the columns that exist are listed), or it is not a
+            ``list``/``large_list`` of integers (the type found is named).
+    """
+    import pyarrow as pa
+
+    if column not in schema.names:
+        raise FormatError(
+            f"{path}: no column {column!r}; the file has columns {', '.join(schema.names)}; "
+            'name the token column with column = "..." in [[sources]]'
+        )
+    kind = schema.field(column).type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+        raise FormatError(
+            f"{path}: column {column!r} is {kind}; expected a list of integer token ids per "
+            "row (list<int32>, large_list<int64>...), one row per document"
+        )
+    value = kind.value_type
+    if not pa.types.is_integer(value):
+        raise FormatError(
+            f"{path}: column {column!r} holds {value} values; token ids must be integers "
+            "(int8..int64, uint8..uint64)"
+        )
+    return np.dtype(value.to_pandas_dtype()).newbyteorder("<")
+
+
+def list_columns(schema: Any, column: str) -> str:
+    """The other list-of-integer (or boolean) columns, comma-separated: candidates for a
+    per-token mask (``attention_mask``, a loss mask) that ``inspect`` may report."""
+    import pyarrow as pa
+
+    found = []
+    for field in schema:
+        kind = field.type
+        if field.name == column or not (pa.types.is_list(kind) or pa.types.is_large_list(kind)):
+            continue
+        if pa.types.is_integer(kind.value_type) or pa.types.is_boolean(kind.value_type):
+            found.append(field.name)
+    return ",".join(found)
+
+
+def token_lists(array: Any, column: str, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens and document offsets of one list array (a record batch's or row group's
+    token column), as numpy arrays sharing the array's buffers (no copy).
+
+    Returns:
+        ``(values, offsets)``: ``values`` holds exactly the rows' tokens, ``offsets`` the
+        ``rows + 1`` list offsets, ``offsets[0]`` the position of ``values[0]`` in the list
+        array's value buffer (subtract it to get offsets into ``values``).
+
+    Raises:
+        FormatError: a null row or a null token (named by the row where known).
+    """
+    if array.null_count:
+        row = int(array.is_null().to_numpy(zero_copy_only=False).argmax())
+        raise FormatError(
+            f"{where}: column {column!r} has {array.null_count} null row(s), the first at "
+            f"row {row}; every row must be a list of token ids (an empty document is [])"
+        )
+    offsets = array.offsets.to_numpy()
+    first, last = int(offsets[0]), int(offsets[-1])
+    values = array.values.slice(first, last - first)
+    if values.null_count:
+        raise FormatError(
+            f"{where}: column {column!r} holds {values.null_count} null token id(s); every "
+            "token must be an integer"
+        )
+    return values.to_numpy(zero_copy_only=True), offsets

@@ -1,0 +1,211 @@
+"""Arrow IPC token datasets (``format = "arrow"``): ``datasets.save_to_disk`` folders and
+plain Arrow IPC files.
+
+A ``save_to_disk`` folder holds ``data-00000-of-0000N.arrow`` files (Arrow IPC *streams*, as
+``datasets`` writes them) beside ``dataset_info.json`` and ``state.json``; a folder listing
+takes the ``.arrow`` files in name order, which is the dataset's row order. Each file is one
+shard. One row is one document; its tokens are a ``list<int*>`` or ``large_list<int*>``
+column, ``input_ids`` unless the source names another (``column = "tokens"``). The list
+offsets are the document index, the dtype is the list's value type (int8..int64,
+uint8..uint64).
+
+Reading: the file is memory-mapped and every record batch's token values are a numpy view
+of the map (no copy, no decode). A file of one record batch is one contiguous array, read
+like a NumPy shard (windows indexed straight out of the map); ``datasets`` writes a batch per
+1,000 rows, and then a window inside a batch is a view and a window across two batches a
+small copy (:mod:`streamload.formats._arrow_pieces`). A remote file is copied whole into the
+disk cache once (:func:`~streamload.formats.base.check_size_unchanged`) and mapped.
+
+Sniffed by content: the ``ARROW1`` magic of the IPC file format, or the continuation marker
+``0xFFFFFFFF`` and an 8-byte-aligned metadata length that start every IPC stream message.
+
+Refused, naming file and column: a missing column (the columns that exist are listed), a
+non-list or non-integer column, null rows or null tokens, a stream without its
+end-of-stream marker (truncated) or with bytes after it, and any file pyarrow cannot parse.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from streamload.errors import FormatError
+from streamload.formats._arrow_columns import (
+    column_name,
+    import_pyarrow,
+    list_columns,
+    token_dtype,
+    token_lists,
+)
+from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
+from streamload.formats.base import (
+    ListedFile,
+    ReadOptions,
+    ShardInfo,
+    check_size_unchanged,
+    local_path,
+)
+
+__all__ = ["ARROW_FILE_MAGIC", "FORMAT", "STREAM_CONTINUATION", "ArrowFormat", "ArrowShard"]
+
+ARROW_FILE_MAGIC = b"ARROW1"
+"""First (and last) bytes of an Arrow IPC *file*."""
+STREAM_CONTINUATION = b"\xff\xff\xff\xff"
+"""First bytes of every message of an Arrow IPC *stream* (format version >= 0.15)."""
+STREAM_END = STREAM_CONTINUATION + b"\x00\x00\x00\x00"
+"""The end-of-stream marker a closed stream writer appends."""
+_MAX_METADATA = 1 << 26
+"""Largest plausible metadata length of a stream's first message (a schema)."""
+
+
+def is_arrow_ipc(head: bytes) -> bool:
+    """Whether ``head`` starts an Arrow IPC file or stream."""
+    if head.startswith(ARROW_FILE_MAGIC):
+        return True
+    if len(head) < 8 or not head.startswith(STREAM_CONTINUATION):
+        return False
+    (length,) = struct.unpack_from("<i", head, 4)
+    return 0 < length < _MAX_METADATA and length % 8 == 0
+
+
+@contextlib.contextmanager
+def _batches(fs: Any, path: str, size: int) -> Iterator[tuple[Any, Iterator[Any], str]]:
+    """``(schema, record batches, "file" | "stream")`` of an IPC file: memory-mapped when
+    local, else read through ``fs``; pyarrow's parse errors become :class:`FormatError`."""
+    pa = import_pyarrow(path)
+    local = local_path(path)
+    try:
+        with contextlib.ExitStack() as stack:
+            source = pa.memory_map(local) if local is not None else fs.open(path, "rb")
+            stack.callback(source.close)
+            kind = "file" if source.read(len(ARROW_FILE_MAGIC)) == ARROW_FILE_MAGIC else "stream"
+            source.seek(0)
+            if kind == "file":
+                reader = pa.ipc.open_file(source)
+                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+                yield reader.schema, batches, kind
+            else:
+                reader = pa.ipc.open_stream(source)
+                yield reader.schema, iter(reader), kind
+                _check_stream_end(source, path, size)
+    except (pa.lib.ArrowException, OSError) as exc:
+        raise FormatError(
+            f"{path}: not a readable Arrow IPC file ({exc}); it is truncated or corrupt"
+        ) from exc
+
+
+def _check_stream_end(source: Any, path: str, size: int) -> None:
+    """A stream read to its end must stop at the end-of-stream marker, at the file's end."""
+    at = source.tell()
+    source.seek(max(at - len(STREAM_END), 0))
+    if source.read(len(STREAM_END)) != STREAM_END:
+        raise FormatError(
+            f"{path}: the Arrow stream has no end-of-stream marker; the file is truncated "
+            "(or its writer was not closed)"
+        )
+    if at != size:
+        raise FormatError(
+            f"{path}: {size - at} bytes follow the Arrow stream's end-of-stream marker; "
+            "expected the file to end there"
+        )
+
+
+def _batch_column(batch: Any, column: str) -> Any:
+    return batch.column(batch.schema.get_field_index(column))
+
+
+class ArrowShard:
+    """An opened Arrow IPC shard: the token values of each record batch, views of the map.
+
+    Attributes:
+        info: The shard.
+        remote_array: ``None`` (the shard is mapped): with one record batch the whole shard is
+            one array, read through sliding-window views; with several, windows are read one
+            by one (the attribute is then absent, like for any shard that is not one array).
+    """
+
+    def __init__(self, info: ShardInfo) -> None:
+        self.info = info
+        column = info.meta.get("column")
+        if not isinstance(column, str):
+            raise FormatError(f"{info.path}: shard was not described by the arrow format")
+        local = check_size_unchanged(info.path, info.size, info.storage, info.version or None)
+        values, offsets = [], []
+        with _batches(None, local, info.size) as (_schema, batches, _kind):
+            for number, batch in enumerate(batches):
+                where = f"{info.path}: record batch {number}"
+                tokens, bounds = token_lists(_batch_column(batch, column), column, where)
+                values.append(tokens)
+                offsets.append(bounds)
+        self._values, self._offsets = values, offsets
+        self._starts = piece_starts([v.shape[0] for v in values])
+        self._starts_list: list[int] = self._starts.tolist()
+        if self._starts_list[-1] != info.num_tokens:
+            raise FormatError(
+                f"{info.path}: column {column!r} now holds {self._starts_list[-1]} tokens but "
+                f"held {info.num_tokens} at start-up; the file changed"
+            )
+        self._bounds: np.ndarray | None = None
+        if len(values) == 1:
+            self.remote_array = None
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        if len(self._values) == 1:
+            return self._values[0][start:stop]
+        return take_tokens(
+            self._starts_list, self._values.__getitem__, start, stop, self._values[0].dtype
+        )
+
+    def document_bounds(self) -> np.ndarray:
+        """Token offsets of the rows (int64, rows + 1; empty rows repeat a value)."""
+        if self._bounds is None:
+            self._bounds = pieces_bounds(self._offsets, self._starts)
+        return self._bounds
+
+
+class ArrowFormat:
+    """Arrow IPC streams and files with a list-of-integers token column (module docstring)."""
+
+    name = "arrow"
+    has_documents = True
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        return is_arrow_ipc(head)
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        column = column_name(options.column)
+        tokens = rows = count = 0
+        with _batches(fs, file.path, file.size) as (schema, batches, kind):
+            dtype = token_dtype(schema, column, file.path)
+            for count, batch in enumerate(batches, 1):
+                where = f"{file.path}: record batch {count - 1}"
+                _values, offsets = token_lists(_batch_column(batch, column), column, where)
+                tokens += int(offsets[-1]) - int(offsets[0])
+                rows += batch.num_rows
+            others = list_columns(schema, column)
+        _check_configured_dtype(options.dtype, dtype, file.path, column)
+        meta = {"column": column, "ipc": kind, "documents": rows, "batches": count}
+        if others:
+            meta["list_columns"] = others
+        return ShardInfo(
+            file.path, file.relpath, file.size, self.name, dtype.str, 0, tokens, None, meta
+        )
+
+    def open(self, info: ShardInfo) -> ArrowShard:
+        return ArrowShard(info)
+
+
+def _check_configured_dtype(configured: str, dtype: np.dtype, path: str, column: str) -> None:
+    """A configured ``dtype`` must be the column's value type."""
+    if configured != "auto" and np.dtype(configured) != dtype.newbyteorder("="):
+        raise FormatError(
+            f"{path}: column {column!r} holds {dtype.name} tokens but the config says dtype = "
+            f"{configured!r}; remove dtype or fix it"
+        )
+
+
+FORMAT = ArrowFormat()

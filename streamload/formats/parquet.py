@@ -1,0 +1,299 @@
+"""Parquet token datasets (``format = "parquet"``): Hugging Face Hub datasets, ``to_parquet``
+output, ``pyarrow.parquet.write_table`` files.
+
+Each ``.parquet`` file is one shard (a folder lists its files in name order). One row is one
+document; its tokens are a ``list<int*>`` or ``large_list<int*>`` column, ``input_ids``
+unless the source names another (``column = "tokens"``); the dtype is the list's value type.
+
+Describing reads only the footer: the column's type, and each row group's token count from
+the column chunk's statistics when an Arrow C++ writer (pyarrow, ``datasets``) wrote them,
+whose count of non-null values is the token count; otherwise the column is decoded once.
+Reading decodes a row group's token column once when a token of it is first needed and keeps
+it in a bounded per-process cache (:mod:`streamload.formats._arrow_row_groups`); a window
+inside a row group is a view of it, one across row groups a small copy. Remote files are read
+by range through the storage layer (:func:`~streamload.formats.base.open_token_file`): the
+footer, then the column chunks of the row groups read.
+
+Sniffed by the ``PAR1`` magic. Refused, naming file and column: a missing column (the columns
+that exist are listed), a non-list or non-integer column, null rows or tokens, a row group
+whose tokens disagree with its footer, and any file pyarrow cannot parse (truncated, corrupt).
+
+:class:`ParquetWriter` writes what ``streamload convert --to parquet`` publishes: one
+``input_ids`` column of ``list<dtype>``, row groups of about :data:`ROW_GROUP_TOKENS` tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from streamload.errors import FormatError
+from streamload.formats._arrow_columns import (
+    DEFAULT_COLUMN,
+    column_name,
+    import_pyarrow,
+    list_columns,
+    token_dtype,
+    token_lists,
+)
+from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
+from streamload.formats._arrow_row_groups import Decoded, row_groups
+from streamload.formats._stack_writer import StackWriter
+from streamload.formats._writer_input import as_document
+from streamload.formats._writer_input import token_dtype as writer_dtype
+from streamload.formats.base import (
+    ListedFile,
+    ReadOptions,
+    ShardInfo,
+    local_path,
+    open_head,
+    open_token_file,
+)
+from streamload.util.files import atomic_output
+
+__all__ = [
+    "FORMAT",
+    "PARQUET_MAGIC",
+    "ROW_GROUP_TOKENS",
+    "ParquetFormat",
+    "ParquetShard",
+    "ParquetWriter",
+]
+
+PARQUET_MAGIC = b"PAR1"
+"""First (and last) bytes of a Parquet file."""
+ROW_GROUP_TOKENS = 1 << 20
+"""Tokens per row group :class:`ParquetWriter` aims at (whole documents: a row group ends
+with the first document that reaches it): ~2-8 MiB decoded, small enough to decode per
+window run, large enough for the Hub's readers."""
+_STATISTICS_WRITERS = ("parquet-cpp",)
+"""``created_by`` prefixes of writers whose list-column statistics count exactly the
+non-null leaf values (Arrow C++, so pyarrow and ``datasets``)."""
+
+
+@contextlib.contextmanager
+def _errors(path: str) -> Iterator[None]:
+    """pyarrow's parse and read errors as :class:`FormatError` naming ``path``."""
+    pa = import_pyarrow(path)
+    try:
+        yield
+    except (pa.lib.ArrowException, OSError) as exc:
+        raise FormatError(
+            f"{path}: not a readable Parquet file ({exc}); it is truncated or corrupt"
+        ) from exc
+
+
+def _leaf_index(metadata: Any, column: str) -> int:
+    """The column-chunk index of the token column's values (``input_ids.list.element``)."""
+    schema = metadata.schema
+    for index in range(len(schema)):
+        if schema.column(index).path.startswith(f"{column}."):
+            return index
+    raise FormatError(f"column {column!r} has no leaf")  # pragma: no cover - type checked
+
+
+def _decode(pf: Any, group: int, column: str, path: str) -> Decoded:
+    """Row group ``group``'s tokens and offsets (from 0), decoded."""
+    with _errors(path):
+        table = pf.read_row_group(group, columns=[column], use_threads=False)
+        array = table.column(0).combine_chunks()
+    values, offsets = token_lists(array, column, f"{path}: row group {group}")
+    return values, offsets.astype(np.int64) - int(offsets[0])
+
+
+def row_group_tokens(pf: Any, column: str, path: str) -> tuple[list[int], bool]:
+    """Each row group's token count, and whether the footer's statistics gave them (else
+    every row group was decoded)."""
+    metadata = pf.metadata
+    groups = metadata.num_row_groups
+    if groups and str(metadata.created_by).startswith(_STATISTICS_WRITERS):
+        leaf = _leaf_index(metadata, column)
+        stats = [metadata.row_group(g).column(leaf).statistics for g in range(groups)]
+        if all(s is not None and s.has_null_count for s in stats):
+            return [int(s.num_values) for s in stats], True
+    return [_decode(pf, g, column, path)[0].shape[0] for g in range(groups)], False
+
+
+def _open_parquet(source: Any, path: str) -> Any:
+    import pyarrow.parquet as pq
+
+    with _errors(path):
+        return pq.ParquetFile(source, memory_map=isinstance(source, str))
+
+
+class ParquetShard:
+    """An opened Parquet shard: row groups decoded on first use, cached (module docstring)."""
+
+    def __init__(self, info: ShardInfo) -> None:
+        self.info = info
+        column = info.meta.get("column")
+        if not isinstance(column, str):
+            raise FormatError(f"{info.path}: shard was not described by the parquet format")
+        self._column = column
+        self._lock = threading.Lock()  # one decode at a time per file (a remote file object)
+        source = open_token_file(info) if info.is_remote else local_path(info.path)
+        self._file = _open_parquet(source, info.path)
+        counts, _ = row_group_tokens(self._file, column, info.path)
+        self._starts = piece_starts(counts)
+        self._starts_list: list[int] = self._starts.tolist()
+        if self._starts_list[-1] != info.num_tokens:
+            raise FormatError(
+                f"{info.path}: column {column!r} now holds {self._starts_list[-1]} tokens but "
+                f"held {info.num_tokens} at start-up; the file changed"
+            )
+        self._dtype = np.dtype(info.dtype)
+        self._bounds: np.ndarray | None = None
+
+    def _row_group(self, group: int) -> Decoded:
+        key = (self.info.path, self.info.size, self.info.version, self._column, group)
+        return row_groups.get(key, lambda: self._decode(group))
+
+    def _decode(self, group: int) -> Decoded:
+        with self._lock:
+            values, offsets = _decode(self._file, group, self._column, self.info.path)
+        expected = self._starts_list[group + 1] - self._starts_list[group]
+        if values.shape[0] != expected:
+            raise FormatError(
+                f"{self.info.path}: row group {group} holds {values.shape[0]} tokens in column "
+                f"{self._column!r} but its footer statistics say {expected}; the file is corrupt"
+            )
+        return values, offsets
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        return take_tokens(
+            self._starts_list, lambda g: self._row_group(g)[0], start, stop, self._dtype
+        )
+
+    def document_bounds(self) -> np.ndarray:
+        """Token offsets of the rows (int64, rows + 1); decodes every row group once."""
+        if self._bounds is None:
+            groups = len(self._starts_list) - 1
+            offsets = [self._row_group(g)[1] for g in range(groups)]
+            self._bounds = pieces_bounds(offsets, self._starts)
+        return self._bounds
+
+
+class ParquetFormat:
+    """Parquet files with a list-of-integers token column (module docstring)."""
+
+    name = "parquet"
+    has_documents = True
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        return head.startswith(PARQUET_MAGIC)
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        column = column_name(options.column)
+        local = local_path(file.path)
+        with contextlib.ExitStack() as stack:
+            source = local if local is not None else stack.enter_context(open_head(fs, file.path))
+            pf = _open_parquet(source, file.path)
+            dtype = token_dtype(pf.schema_arrow, column, file.path)
+            counts, from_statistics = row_group_tokens(pf, column, file.path)
+            metadata = pf.metadata
+            others = list_columns(pf.schema_arrow, column)
+        if options.dtype != "auto" and np.dtype(options.dtype) != dtype.newbyteorder("="):
+            raise FormatError(
+                f"{file.path}: column {column!r} holds {dtype.name} tokens but the config says "
+                f"dtype = {options.dtype!r}; remove dtype or fix it"
+            )
+        meta: dict[str, Any] = {
+            "column": column,
+            "documents": metadata.num_rows,
+            "row_groups": metadata.num_row_groups,
+            "counts_from": "statistics" if from_statistics else "decoded",
+        }
+        if others:
+            meta["list_columns"] = others
+        tokens = sum(counts)
+        return ShardInfo(
+            file.path, file.relpath, file.size, self.name, dtype.str, 0, tokens, None, meta
+        )
+
+    def open(self, info: ShardInfo) -> ParquetShard:
+        return ParquetShard(info)
+
+
+class ParquetWriter(StackWriter):
+    """Write documents as a Parquet file of one ``input_ids`` column (``list<dtype>``).
+
+    Rows are buffered until they hold ``row_group_tokens`` tokens, then written as one row
+    group (compressed with pyarrow's default codec, with statistics, which make describing
+    the file a footer read). Output goes to a temporary name renamed into place by
+    :meth:`close`; an exception inside the ``with`` block leaves nothing.
+
+    Args:
+        path: Output ``.parquet`` path.
+        dtype: Token dtype (the list's value type).
+        row_group_tokens: Tokens per row group (whole documents).
+        column: Name of the token column.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        dtype: Any,
+        row_group_tokens: int = ROW_GROUP_TOKENS,
+        column: str = DEFAULT_COLUMN,
+    ) -> None:
+        self.path = os.fspath(path)
+        if row_group_tokens < 1:
+            raise ValueError(f"{self.path}: row_group_tokens = {row_group_tokens} must be >= 1")
+        pa = import_pyarrow(self.path)
+        import pyarrow.parquet as pq
+
+        self._dtype = writer_dtype(dtype, self.path)
+        self._row_group_tokens = row_group_tokens
+        self._pending: list[np.ndarray] = []
+        self._pending_tokens = 0
+        self._closed = False
+        self._type = pa.list_(pa.from_numpy_dtype(self._dtype))
+        self._schema = pa.schema([pa.field(column, self._type)])
+        self._stack = contextlib.ExitStack()
+        tmp = self._stack.enter_context(atomic_output(self.path))
+        self._writer = pq.ParquetWriter(tmp, self._schema)
+        self._stack.callback(self._writer.close)
+
+    def add_document(self, tokens: np.ndarray) -> None:
+        """Append one document (1-D integer tokens fitting the dtype; may be empty)."""
+        doc = as_document(tokens, self._dtype, self.path)
+        self._pending.append(doc)
+        self._pending_tokens += doc.shape[0]
+        if self._pending_tokens >= self._row_group_tokens:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the buffered documents as one row group."""
+        if not self._pending:
+            return
+        import pyarrow as pa
+
+        lengths = np.fromiter((d.shape[0] for d in self._pending), np.int64, len(self._pending))
+        offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if offsets[-1] >= 2**31:  # list<...> has 32-bit offsets
+            raise ValueError(
+                f"{self.path}: a row group of {offsets[-1]} tokens does not fit 32-bit list "
+                "offsets; documents of over 2**31 tokens cannot be written"
+            )
+        values = pa.array(np.concatenate(self._pending), self._type.value_type)
+        array = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
+        table = pa.Table.from_arrays([array], schema=self._schema)
+        self._writer.write_table(table, row_group_size=lengths.shape[0])
+        self._pending, self._pending_tokens = [], 0
+
+    def close(self) -> None:
+        """Write the last row group, close the file and move it into place."""
+        if self._closed:
+            return
+        self._flush()
+        self._closed = True
+        self._stack.close()
+
+
+FORMAT = ParquetFormat()
