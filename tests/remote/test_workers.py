@@ -127,4 +127,10 @@ def test_retries_of_workers_are_counted(make_corpus: Any, s3: S3Server, tmp_path
         }
 
     assert zero["retries"] > 0 and faults(zero)["errors"] == faults(zero)["retries"]
-    assert faults(two) == faults(zero)
+    assert faults(two)["errors"] == faults(two)["retries"]
+    assert faults(two)["bytes"] == faults(zero)["bytes"]
+    # Which request a fault lands on depends on timing once workers read: one that hits a
+    # metadata request s3fs retries itself is not ours to count (seen once in CI on a loaded
+    # machine: 11 vs 12). Uncounted worker retries would lose most of the faults instead.
+    diff = {k: faults(zero)[k] - faults(two)[k] for k in ("retries", "errors", "requests")}
+    assert all(-1 <= d <= 1 for d in diff.values()), diff
