@@ -129,8 +129,9 @@ def test_retries_of_workers_are_counted(make_corpus: Any, s3: S3Server, tmp_path
     assert zero["retries"] > 0 and faults(zero)["errors"] == faults(zero)["retries"]
     assert faults(two)["errors"] == faults(two)["retries"]
     assert faults(two)["bytes"] == faults(zero)["bytes"]
-    # Which request a fault lands on depends on timing once workers read: one that hits a
-    # metadata request s3fs retries itself is not ours to count (seen once in CI on a loaded
-    # machine: 11 vs 12). Uncounted worker retries would lose most of the faults instead.
-    diff = {k: faults(zero)[k] - faults(two)[k] for k in ("retries", "errors", "requests")}
-    assert all(-1 <= d <= 1 for d in diff.values()), diff
+    # Which request a fault lands on depends on timing once workers read: a fault that hits
+    # a worker's metadata request is retried inside s3fs, not by us, so it is not ours to
+    # count (CI, full suite: 1 or 2 of 12 moved there). Uncounted worker retries would lose
+    # every fault of a token read instead: most of them.
+    assert -1 <= faults(zero)["errors"] - faults(two)["errors"] <= 3, (zero, two)
+    assert faults(two)["errors"] * 2 >= faults(zero)["errors"]
