@@ -351,3 +351,26 @@ def test_an_evaluation_loader_keeps_its_padded_global_batches(tmp_path: Path) ->
     got = collect_global_batches(loaders)
     assert got and not bool(got[-1]["sample_mask"].all()), "a padded last global batch"
     assert_batches_equal(collect_global_batches(valid), got, "valid")
+
+
+def test_stream_dataset_workers_stop_at_the_last_whole_step(paths: dict[str, str]) -> None:
+    """A ``StreamDataset`` worker jumps its siblings' batches and may land inside a step that
+    ends past the pass: it has nothing left there (no batch from beyond the pass), and the
+    state saved with it loads (its position lies within the workers' slack)."""
+    cfg = accum(single(paths, sampling={"num_samples": 20}), 2, 8)
+    want = list(build_loader(cfg, batch_size=4))
+    assert len(want) == 4  # 2 whole steps of 8; the last 4 samples are no whole step
+    stream = SampleStream.from_config(load(cfg))
+    dataset = StreamDataset(stream, RankSpec(0, 1, 4))
+    got = list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=3))
+    assert_batches_equal(want, got, "StreamDataset with 3 DataLoader workers")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=3)
+    assert_batches_equal(want, list(loader), "StatefulDataLoader")
+    state = loader.state_dict()  # every worker past the end, one inside a step beyond it
+    resumed = StatefulDataLoader(dataset, batch_size=None, num_workers=3)
+    resumed.load_state_dict(state)  # refused before: "that step ends after the pass"
+    with build_loader(cfg, batch_size=4) as again:
+        assert_batches_equal(want, list(again), "first pass")
+        assert_batches_equal(list(again), list(resumed), "the next pass after the state")

@@ -83,12 +83,16 @@ def step_batches_left(
         pass_length: Samples in the pass.
         start: Pass-relative sample of the next batch.
         done: Samples of the step in progress already delivered (0: at a step boundary).
+            A step in progress that ends past the pass (a position a ``StreamDataset``
+            worker reaches by jumping its siblings' batches) has nothing left.
         size: Samples of the step in progress (unused when ``done`` is 0).
         micro: Samples per global batch B (a micro-batch of every rank).
         step: Samples per later step ``S = A·B`` (a multiple of ``micro``).
     """
     left = 0
-    if done:  # a step in progress was begun whole inside the pass
+    if done:
+        if start - done + size > pass_length:  # a StreamDataset worker stepped past the end
+            return 0
         left, start = (size - done) // micro, start + size - done
     return left + num_batches(pass_length, start, step) * (step // micro)
 

@@ -288,7 +288,7 @@ def check_cursor(
         StateError: naming the field, its value and what was expected.
     """
     p, sample, length = cursor.pass_index, cursor.sample, stream.pass_length
-    _check_in_step(cursor, length, fields)
+    _check_in_step(cursor, None if length is None else length + slack, fields)
     if length is not None and sample > length + slack:
         raise StateError(
             f"state {fields.sample} = {sample} lies beyond the pass of {length} samples; the "
