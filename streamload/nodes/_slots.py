@@ -57,52 +57,54 @@ def write_slot(value: Any, slots: list[torch.Tensor], slot: int | None) -> Any:
 def read_slot(ref: SlotRef, slots: list[torch.Tensor], pool: SlotPool) -> dict[str, torch.Tensor]:
     """Views of the tensors a worker stored in a slot; the slot stays leased from ``pool``
     until every one of them (and every view of them) is freed."""
-    buffer = slots[ref.slot].numpy()
-    arrays = []
-    for _, dtype, shape, offset in ref.layout:
+    buffer = slots[ref.slot].numpy()  # a fresh array: the base of every view below
+    out = {}
+    for key, dtype, shape, offset in ref.layout:
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        arrays.append(buffer[offset : offset + nbytes].view(np.dtype(dtype)).reshape(shape))
-    pool.lease(ref.slot, arrays)
-    return {key: torch.from_numpy(a) for (key, *_), a in zip(ref.layout, arrays, strict=True)}
+        array = buffer[offset : offset + nbytes].view(np.dtype(dtype)).reshape(shape)
+        out[key] = torch.from_numpy(array)
+    pool.lease(ref.slot, buffer)
+    return out
 
 
 class SlotPool:
-    """The slots not assigned to an item in flight and not viewed by a delivered result.
+    """Which of ``count`` slots the next item may take: those neither assigned to an item in
+    flight nor leased to a delivered result.
 
-    Each array handed to :func:`torch.from_numpy` is referenced only by its tensor's storage,
-    which every view of the tensor keeps alive; a finalizer per array counts them down and
-    returns the slot when the last one is freed (in whichever thread drops it: list and set
-    updates are atomic under the GIL).
+    A result's tensors view arrays whose base is one fresh array of the slot's buffer, kept
+    alive by every tensor storage (and every view) made from them; its finalizer ends the
+    lease in whichever thread frees the last one. Only set updates happen there (atomic
+    under the GIL), and the free slots are derived when asked, so no update is lost.
     """
 
     def __init__(self) -> None:
-        self.free: list[int] = []
+        self.count = 0
+        self.assigned: set[int] = set()
         self.leased: set[int] = set()
 
     def reset(self, count: int) -> None:
-        """All ``count`` slots free except those a delivered result still views."""
-        self.free = [s for s in range(count) if s not in self.leased]
+        """A new run over ``count`` slots: nothing in flight; leases of results still alive
+        stand."""
+        self.count = count
+        self.assigned.clear()
+
+    def free(self) -> list[int]:
+        """The slots the next items may take."""
+        return [s for s in range(self.count) if s not in self.assigned and s not in self.leased]
 
     def take(self) -> int | None:
         """A free slot for the next item, or ``None`` (the item is handed over pickled)."""
-        return self.free.pop() if self.free else None
+        for slot in self.free()[:1]:
+            self.assigned.add(slot)
+            return slot
+        return None
 
     def give_back(self, slot: int) -> None:
         """Return a slot whose result was not a slot's (a fallback or a failure)."""
-        self.free.append(slot)
+        self.assigned.discard(slot)
 
-    def lease(self, slot: int, arrays: list[np.ndarray]) -> None:
-        """Keep ``slot`` out of the pool until every array in ``arrays`` is freed."""
-        if not arrays:
-            self.free.append(slot)
-            return
-        self.leased.add(slot)
-        left = [len(arrays)]
-        for array in arrays:
-            weakref.finalize(array, self._drop, slot, left)
-
-    def _drop(self, slot: int, left: list[int]) -> None:
-        left[0] -= 1
-        if left[0] == 0:
-            self.leased.discard(slot)
-            self.free.append(slot)
+    def lease(self, slot: int, base: np.ndarray) -> None:
+        """Keep ``slot`` out of the pool until ``base`` (and so every view of it) is freed."""
+        self.leased.add(slot)  # before it leaves ``assigned``: never seen free meanwhile
+        self.assigned.discard(slot)
+        weakref.finalize(base, self.leased.discard, slot)

@@ -201,7 +201,7 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
     def free_slots(self) -> int:
         """Shared-memory slots neither assigned to an item in flight nor viewed by a delivered
         result (all of them when idle and every result is freed)."""
-        return len(self._pool.free)
+        return len(self._pool.free())
 
     def _start(self) -> None:
         make: Any

@@ -268,10 +268,13 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
         process.terminate()
     # A worker's sentinel is ready once it has exited, whoever reaps it: the executor's own
     # thread joins the workers too, so our join could see no exit code in a race.
-    gone = set(multiprocessing.connection.wait([p.sentinel for p in processes], timeout=10.0))
-    for process in processes:
-        if process.sentinel not in gone:  # SIGTERM not yet taken (a loaded machine)
-            process.kill()
+    pending = {p.sentinel: p for p in processes}
+    deadline = time.monotonic() + 10.0
+    while pending and (left := deadline - time.monotonic()) > 0:
+        for sentinel in multiprocessing.connection.wait(list(pending), timeout=left):
+            pending.pop(sentinel)
+    for process in pending.values():  # SIGTERM not taken within 10 s (a loaded machine)
+        process.kill()
     pool.shutdown(wait=True, cancel_futures=True)  # its thread reaps every worker
 
 
