@@ -93,6 +93,14 @@ def str_list(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def on_off_list(text: str) -> list[bool]:
+    """``"off,on"`` → ``[False, True]`` (anything but on/off is refused, not read as off)."""
+    values = str_list(text)
+    if not set(values) <= {"on", "off"}:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma-separated list of on/off")
+    return [value == "on" for value in values]
+
+
 def parse_sizes(text: str) -> list[int]:
     """``"1e8,1e9"`` → ``[100000000, 1000000000]``."""
     return [int(float(part)) for part in text.split(",") if part.strip()]

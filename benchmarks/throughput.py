@@ -53,6 +53,7 @@ from _common import (
     ensure_loss_masks,
     int_list,
     median,
+    on_off_list,
     str_list,
 )
 
@@ -249,7 +250,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--worker-types", type=str_list, default=["thread", "process"])
     parser.add_argument(
         "--masks",
-        type=lambda t: [v == "on" for v in t.split(",")],
+        type=on_off_list,
         default=[False, True],
         help="off,on",
     )
@@ -261,7 +262,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--loss-masks",
-        type=lambda t: [v == "on" for v in t.split(",")],
+        type=on_off_list,
         default=[False],
         help="off,on: loader cases without/with a loss-mask file per shard",
     )

@@ -48,6 +48,7 @@ from _common import (
     ensure_corpus,
     int_list,
     median,
+    on_off_list,
     str_list,
     worker_label,
 )
@@ -281,14 +282,6 @@ def notes(args: argparse.Namespace, work: dict[str, float]) -> list[str]:
         "the training thread (time.thread_time): loader threads and worker processes. "
         "Children's CPU has the kernel's tick resolution (10 ms per process and window).",
     ]
-
-
-def on_off_list(text: str) -> list[bool]:
-    """``"off,on"`` → ``[False, True]``."""
-    values = str_list(text)
-    if not set(values) <= {"on", "off"}:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a comma-separated list of on/off")
-    return [value == "on" for value in values]
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
