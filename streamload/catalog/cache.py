@@ -43,8 +43,9 @@ from streamload.util.files import write_atomic
 
 __all__ = ["SCHEMA", "catalog_key", "check_cache_root", "load_catalog", "save_catalog"]
 
-SCHEMA = "streamload-catalog-1"
-"""Version of the key and the entry layout (change it when ShardInfo or describing changes)."""
+SCHEMA = "streamload-catalog-2"
+"""Version of the key and the entry layout (change it when ShardInfo or describing changes;
+2: Parquet row-group counts and null checks at describe, the source column in the key)."""
 
 _FIELDS = [f.name for f in dataclasses.fields(ShardInfo) if f.name not in ("storage", "loss_mask")]
 """What an entry keeps: what describing gives (masks are found at every start-up, after it)."""

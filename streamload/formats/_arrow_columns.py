@@ -13,6 +13,8 @@ Parquet file is described or read.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,6 +23,7 @@ from streamload.errors import FormatError
 
 __all__ = [
     "DEFAULT_COLUMN",
+    "arrow_errors",
     "column_name",
     "import_pyarrow",
     "list_columns",
@@ -42,6 +45,27 @@ def import_pyarrow(path: str) -> Any:
             "pip install 'streamload[arrow]'"
         ) from None
     return pyarrow
+
+
+@contextlib.contextmanager
+def arrow_errors(path: str, kind: str) -> Iterator[None]:
+    """pyarrow's parse errors inside the block as :class:`FormatError` naming ``path``
+    (``kind``: "Arrow IPC", "Parquet").
+
+    Converted: any ``pyarrow.lib.ArrowException``, and a plain ``OSError`` (exactly that
+    type: what pyarrow raises for a corrupt or truncated file). An ``OSError`` subclass
+    (``ConnectionResetError``, ``TimeoutError``... from a remote file object) propagates
+    unchanged, so the storage layer's retries see a network error, not a corrupt file.
+    """
+    pa = import_pyarrow(path)
+    try:
+        yield
+    except (pa.lib.ArrowException, OSError) as exc:
+        if not isinstance(exc, pa.lib.ArrowException) and type(exc) is not OSError:
+            raise
+        raise FormatError(
+            f"{path}: not a readable {kind} file ({exc}); it is truncated or corrupt"
+        ) from exc
 
 
 def column_name(column: str | None) -> str:

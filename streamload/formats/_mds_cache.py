@@ -12,8 +12,9 @@ encoding, position) and the dtype: a rewritten shard, or another column, is anot
 a hit is exactly what decoding again would give. Files are written to temporary names and
 renamed (bounds first, tokens last), so a reader sees whole files or none, and two writers
 write equal bytes. Entries are never evicted (they cost the corpus's token bytes once):
-delete ``<cache>/mds`` to reclaim them. A cache that cannot be written costs one warning;
-the decoded arrays then stay in the process's memory.
+delete ``<cache>/mds`` to reclaim them. A cache that cannot be written costs one warning,
+and then nothing is kept: every open of a shard reads the shard file again and decodes it
+again (the arrays live in the process's memory while that shard stays open).
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def save_decoded(root: str, key: str, decoded: DecodedShard) -> bool:
         folder = os.path.join(root, "mds")
         if folder not in _WARNED:
             _WARNED.add(folder)
-            _LOG.warning("cannot write decoded MDS shards into %s (%s); decoding in memory",
+            _LOG.warning("cannot write decoded MDS shards into %s (%s); each open of a shard "
+                         "reads and decodes it again",
                          folder, exc)  # fmt: skip
         return False
     return True

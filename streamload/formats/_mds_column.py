@@ -25,6 +25,7 @@ import numpy as np
 
 from streamload.errors import FormatError
 from streamload.formats._mds_index import MdsShardEntry
+from streamload.formats.base import check_configured_dtype
 
 __all__ = ["NDARRAY_DTYPE_CODES", "TokenColumn", "token_column"]
 
@@ -121,7 +122,7 @@ def token_column(entry: MdsShardEntry, column: str | None, dtype: str, where: st
     """
     position = _pick(entry, column, where)
     name, encoding = entry.names[position], entry.encodings[position]
-    where = f"{where}: column {name!r}"
+    path, where = where, f"{where}: column {name!r}"
     configured = _configured(dtype)
     if encoding == "bytes":
         if configured is None:
@@ -141,11 +142,8 @@ def token_column(entry: MdsShardEntry, column: str | None, dtype: str, where: st
         )
     name_dtype, _, shape_text = rest.partition(":")
     np_dtype = _integer(name_dtype, encoding, where)
-    if configured is not None and configured != np_dtype:
-        raise FormatError(
-            f"{where} is encoded {encoding!r} ({np_dtype.name} tokens) but the config says "
-            f"dtype = {dtype!r}; remove dtype or fix it"
-        )
+    what = f"column {name!r} is encoded {encoding!r} ({np_dtype.name} tokens)"
+    check_configured_dtype(dtype, np_dtype, path, what)
     if not shape_text:
         return TokenColumn(name, position, encoding, np_dtype, None, "ndarray")
     shape = _shape(shape_text, encoding, where)

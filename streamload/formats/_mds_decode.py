@@ -23,6 +23,7 @@ import numpy as np
 from streamload.errors import FormatError
 from streamload.formats._mds_column import NDARRAY_DTYPE_CODES, TokenColumn
 from streamload.formats._mds_index import MdsShardEntry
+from streamload.formats.base import check_configured_dtype
 
 __all__ = ["DecodedShard", "decode_shard"]
 
@@ -104,20 +105,32 @@ def _any_dtype(buf: np.ndarray, starts: np.ndarray, col: TokenColumn, where: str
             f"{codes.tolist()}; expected one integer dtype for every sample"
         )
     dtype = np.dtype(NDARRAY_DTYPE_CODES[int(codes[0])])
-    if col.dtype is not None and col.dtype != dtype:
-        raise FormatError(
-            f"{where}: column {col.name!r} holds {dtype.name} tokens but the config says "
-            f"dtype = {col.dtype.name!r}; remove dtype or fix it"
-        )
+    configured = "auto" if col.dtype is None else col.dtype.name
+    check_configured_dtype(
+        configured, dtype, where, f"column {col.name!r} holds {dtype.name} tokens"
+    )
     return dtype
 
 
-def _shape_counts(buf: np.ndarray, starts: np.ndarray, where: str) -> tuple[np.ndarray, ...]:
-    """(values start, value count) of an ``NDArray`` shape header at each of ``starts``."""
+def _shape_counts(
+    buf: np.ndarray, starts: np.ndarray, sizes: np.ndarray, col: TokenColumn, where: str
+) -> tuple[np.ndarray, ...]:
+    """(values start, value count) of an ``NDArray`` shape header at each of ``starts``, in
+    columns of ``sizes`` bytes (the dtype byte of ``ndarray`` included); a header that runs
+    past its column is refused before it is read."""
     code = buf[starts].astype(np.int64)
     ndim, width = code >> 2, 1 << (code & 3)
     if (ndim == 0).any():
         raise FormatError(f"{where}: sample {np.flatnonzero(ndim == 0)[0]} has a 0-D array")
+    need = (col.kind == "any") + 1 + ndim * width  # dtype byte, ndim/width byte, shape
+    short = np.flatnonzero(sizes < need)
+    if short.size:
+        k = int(short[0])
+        raise FormatError(
+            f"{where}: sample {k}'s column {col.name!r} ({col.encoding}) is {sizes[k]} bytes, "
+            f"shorter than the {need[k]}-byte header it starts with ({ndim[k]} dimensions of "
+            f"{width[k]} bytes); the shard is damaged"
+        )
     counts = np.empty(starts.size, dtype=np.int64)
     for w in (1, 2, 4, 8):
         rows = np.flatnonzero((width == w) & (ndim == 1))
@@ -147,7 +160,7 @@ def _values(
     elif col.kind == "fixed":
         values, counts = starts, np.full(starts.size, int(np.prod(col.shape or ())), dtype=np.int64)
     else:
-        values, counts = _shape_counts(buf, starts, where)
+        values, counts = _shape_counts(buf, starts, sizes, col, where)
     ends = starts - (col.kind == "any") + sizes
     bad = np.flatnonzero((counts < 0) | (values + counts * dtype.itemsize != ends))
     if bad.size:

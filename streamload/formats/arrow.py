@@ -35,6 +35,7 @@ import numpy as np
 
 from streamload.errors import FormatError
 from streamload.formats._arrow_columns import (
+    arrow_errors,
     column_name,
     import_pyarrow,
     list_columns,
@@ -46,6 +47,7 @@ from streamload.formats.base import (
     ListedFile,
     ReadOptions,
     ShardInfo,
+    check_configured_dtype,
     check_size_unchanged,
     local_path,
 )
@@ -75,27 +77,23 @@ def is_arrow_ipc(head: bytes) -> bool:
 @contextlib.contextmanager
 def _batches(fs: Any, path: str, size: int) -> Iterator[tuple[Any, Iterator[Any], str]]:
     """``(schema, record batches, "file" | "stream")`` of an IPC file: memory-mapped when
-    local, else read through ``fs``; pyarrow's parse errors become :class:`FormatError`."""
+    local, else read through ``fs``; pyarrow's parse errors become :class:`FormatError`
+    (:func:`~streamload.formats._arrow_columns.arrow_errors`)."""
     pa = import_pyarrow(path)
     local = local_path(path)
-    try:
-        with contextlib.ExitStack() as stack:
-            source = pa.memory_map(local) if local is not None else fs.open(path, "rb")
-            stack.callback(source.close)
-            kind = "file" if source.read(len(ARROW_FILE_MAGIC)) == ARROW_FILE_MAGIC else "stream"
-            source.seek(0)
-            if kind == "file":
-                reader = pa.ipc.open_file(source)
-                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
-                yield reader.schema, batches, kind
-            else:
-                reader = pa.ipc.open_stream(source)
-                yield reader.schema, iter(reader), kind
-                _check_stream_end(source, path, size)
-    except (pa.lib.ArrowException, OSError) as exc:
-        raise FormatError(
-            f"{path}: not a readable Arrow IPC file ({exc}); it is truncated or corrupt"
-        ) from exc
+    with arrow_errors(path, "Arrow IPC"), contextlib.ExitStack() as stack:
+        source = pa.memory_map(local) if local is not None else fs.open(path, "rb")
+        stack.callback(source.close)
+        kind = "file" if source.read(len(ARROW_FILE_MAGIC)) == ARROW_FILE_MAGIC else "stream"
+        source.seek(0)
+        if kind == "file":
+            reader = pa.ipc.open_file(source)
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            yield reader.schema, batches, kind
+        else:
+            reader = pa.ipc.open_stream(source)
+            yield reader.schema, iter(reader), kind
+            _check_stream_end(source, path, size)
 
 
 def _check_stream_end(source: Any, path: str, size: int) -> None:
@@ -187,7 +185,8 @@ class ArrowFormat:
                 tokens += int(offsets[-1]) - int(offsets[0])
                 rows += batch.num_rows
             others = list_columns(schema, column)
-        _check_configured_dtype(options.dtype, dtype, file.path, column)
+        what = f"column {column!r} holds {dtype.name} tokens"
+        check_configured_dtype(options.dtype, dtype, file.path, what)
         meta = {"column": column, "ipc": kind, "documents": rows, "batches": count}
         if others:
             meta["list_columns"] = others
@@ -197,15 +196,6 @@ class ArrowFormat:
 
     def open(self, info: ShardInfo) -> ArrowShard:
         return ArrowShard(info)
-
-
-def _check_configured_dtype(configured: str, dtype: np.dtype, path: str, column: str) -> None:
-    """A configured ``dtype`` must be the column's value type."""
-    if configured != "auto" and np.dtype(configured) != dtype.newbyteorder("="):
-        raise FormatError(
-            f"{path}: column {column!r} holds {dtype.name} tokens but the config says dtype = "
-            f"{configured!r}; remove dtype or fix it"
-        )
 
 
 FORMAT = ArrowFormat()

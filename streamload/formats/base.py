@@ -38,10 +38,11 @@ __all__ = [
     "ShardInfo",
     "TokenShard",
     "TokenizerSpec",
+    "check_configured_dtype",
     "check_size_unchanged",
+    "check_token_dtype",
     "companion_file",
     "open_head",
-    "check_token_dtype",
     "local_path",
     "open_token_file",
     "token_array",
@@ -231,6 +232,26 @@ def check_token_dtype(dtype: np.dtype, path: str) -> np.dtype:
     if dtype.kind not in "ui" or dtype.itemsize > 8:
         raise FormatError(f"{path}: dtype {dtype} cannot hold token ids; expected an integer dtype")
     return dtype
+
+
+def check_configured_dtype(configured: str, found: np.dtype, path: str, what: str) -> None:
+    """A source's configured ``dtype`` (``"auto"``: whatever the file holds) must be ``found``,
+    the dtype the file itself records.
+
+    Args:
+        configured: The config's ``dtype`` (``"auto"`` or a numpy name).
+        found: What the file records (any byte order).
+        path: The file the message names.
+        what: Where the file records it, ending in the dtype (``"column 'input_ids' holds
+            int64 tokens"``): the message is ``"{path}: {what} but the config says ..."``.
+
+    Raises:
+        FormatError: the two differ.
+    """
+    if configured != "auto" and np.dtype(configured) != found.newbyteorder("="):
+        raise FormatError(
+            f"{path}: {what} but the config says dtype = {configured!r}; remove dtype or fix it"
+        )
 
 
 def local_path(path: str) -> str | None:

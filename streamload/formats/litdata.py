@@ -36,6 +36,7 @@ from streamload.formats.base import (
     ReadOptions,
     ShardInfo,
     TokenShard,
+    check_configured_dtype,
     open_head,
 )
 
@@ -95,12 +96,8 @@ class LitdataFormat:
         index: LitdataIndex = load_index(fs, file.path, "LitData", parse_litdata_index)
         chunk = _listed_chunk(index, file)
         dtype = index.dtype
-        if options.dtype != "auto" and np.dtype(options.dtype) != dtype.newbyteorder("="):
-            raise FormatError(
-                f"{file.path}: {INDEX_NAME} says data_format {index.data_format!r} "
-                f"({dtype.name} tokens) but the config says dtype = {options.dtype!r}; "
-                "remove dtype or fix it"
-            )
+        what = f"{INDEX_NAME} says data_format {index.data_format!r} ({dtype.name} tokens)"
+        check_configured_dtype(options.dtype, dtype, file.path, what)
         offset = 4 * (chunk.items + 2)
         expected = offset + chunk.tokens * dtype.itemsize
         if file.size != expected or chunk.nbytes != expected:

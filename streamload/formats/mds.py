@@ -152,7 +152,7 @@ class MdsFormat:
         meta["key"] = decoded_key(meta["sha256"], col.name, col.encoding, col.position, dtype.str)
         meta["cache_root"] = options.cache_root or default_cache_dir()
         meta["num_documents"] = int(decoded.bounds.size - 1)
-        save_decoded(meta["cache_root"], meta["key"], decoded)
+        _keep(meta, decoded)
         return ShardInfo(
             file.path, file.relpath, file.size, self.name, dtype.str, 0,
             int(decoded.tokens.size), meta=meta,
@@ -169,6 +169,15 @@ class MdsFormat:
             decoded = _decode(data, meta, dtype.str, info.path)
             save_decoded(meta["cache_root"], meta["key"], decoded)
         return MdsShard(info, decoded)
+
+
+def _keep(meta: dict[str, Any], decoded: DecodedShard) -> None:
+    """Write the decoded shard into the cache unless its entry is already there (a start-up
+    after the first: the key covers the content, so the entry holds these very arrays)."""
+    root, key = meta["cache_root"], meta["key"]
+    docs = int(meta["num_documents"])
+    if load_decoded(root, key, decoded.tokens.dtype, int(decoded.tokens.size), docs) is None:
+        save_decoded(root, key, decoded)
 
 
 FORMAT = MdsFormat()

@@ -40,6 +40,7 @@ from streamload.formats.base import (
     ListedFile,
     ReadOptions,
     ShardInfo,
+    check_configured_dtype,
     check_token_dtype,
     companion_file,
     token_array,
@@ -140,11 +141,8 @@ class MegatronFormat:
         index, complete = read_index(idx_path, file.size, fs=fs)
         header = index.header
         dtype = check_token_dtype(header.dtype, idx_path)
-        if options.dtype != "auto" and np.dtype(options.dtype) != dtype.newbyteorder("="):
-            raise FormatError(
-                f"{idx_path}: index says dtype {dtype.name} (code {header.dtype_code}) but the "
-                f"config says dtype = {options.dtype!r}; remove dtype or fix it"
-            )
+        what = f"index says dtype {dtype.name} (code {header.dtype_code})"
+        check_configured_dtype(options.dtype, dtype, idx_path, what)
         documents = header.document_entries - 1 if complete else header.sequences
         meta = {
             "layout": header.layout,

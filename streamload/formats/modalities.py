@@ -38,6 +38,7 @@ from streamload.formats.base import (
     ReadOptions,
     ShardInfo,
     TokenShard,
+    check_configured_dtype,
     open_head,
     open_token_file,
 )
@@ -237,11 +238,8 @@ class ModalitiesFormat:
         with open_head(fs, file.path) as fh:
             layout = read_pbin_layout(fh, file.path, file.size)
         dtype = TOKEN_DTYPES[layout.token_size]
-        if options.dtype != "auto" and np.dtype(options.dtype) != dtype.newbyteorder("="):
-            raise FormatError(
-                f"{file.path}: header token_size = {layout.token_size} means {dtype.name} but "
-                f"the config says dtype = {options.dtype!r}; remove dtype or fix it"
-            )
+        what = f"header token_size = {layout.token_size} means {dtype.name}"
+        check_configured_dtype(options.dtype, dtype, file.path, what)
         meta = {
             "token_size": layout.token_size,
             "num_documents": int(layout.bounds.shape[0] - 1),

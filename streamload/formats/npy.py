@@ -22,6 +22,7 @@ from streamload.formats.base import (
     ReadOptions,
     ShardInfo,
     TokenShard,
+    check_configured_dtype,
     check_token_dtype,
     open_head,
 )
@@ -85,11 +86,7 @@ def describe_npy(fh: BinaryIO, path: str, relpath: str, size: int, dtype: str) -
     check_token_dtype(np_dtype, path)
     if len(shape) != 1:
         raise FormatError(f"{path}: NPY shape {shape} is not 1-D; token shards are flat arrays")
-    if dtype != "auto" and np.dtype(dtype) != np_dtype.newbyteorder("="):
-        raise FormatError(
-            f"{path}: NPY header says dtype {np_dtype.name} but the config says dtype = "
-            f"{dtype!r}; remove dtype or fix it"
-        )
+    check_configured_dtype(dtype, np_dtype, path, f"NPY header says dtype {np_dtype.name}")
     (count,) = shape
     expected = offset + count * np_dtype.itemsize
     if size != expected:

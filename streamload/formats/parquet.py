@@ -5,9 +5,13 @@ Each ``.parquet`` file is one shard (a folder lists its files in name order). On
 document; its tokens are a ``list<int*>`` or ``large_list<int*>`` column, ``input_ids``
 unless the source names another (``column = "tokens"``); the dtype is the list's value type.
 
-Describing reads only the footer: the column's type, and each row group's token count from
-the column chunk's statistics when an Arrow C++ writer (pyarrow, ``datasets``) wrote them,
-whose count of non-null values is the token count; otherwise the column is decoded once.
+Describing reads the footer: the column's type, and each row group's token count from the
+column chunk's statistics, whose count of non-null values is the token count, when an Arrow
+C++ writer of version 6.0 or later (pyarrow, ``datasets``) wrote them and they count no null
+value. A row group whose statistics are missing, from another writer, or count nulls (a null
+row, a null token, or an empty document, which Parquet counts as a null value too) is decoded
+once instead, so a null is refused when the file is described, not in the middle of a run.
+The counts are kept in the shard's description: opening the shard decodes nothing.
 Reading decodes a row group's token column once when a token of it is first needed and keeps
 it in a bounded per-process cache (:mod:`streamload.formats._arrow_row_groups`); a window
 inside a row group is a view of it, one across row groups a small copy. Remote files are read
@@ -26,8 +30,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -35,6 +39,7 @@ import numpy as np
 from streamload.errors import FormatError
 from streamload.formats._arrow_columns import (
     DEFAULT_COLUMN,
+    arrow_errors,
     column_name,
     import_pyarrow,
     list_columns,
@@ -50,6 +55,8 @@ from streamload.formats.base import (
     ListedFile,
     ReadOptions,
     ShardInfo,
+    check_configured_dtype,
+    check_size_unchanged,
     local_path,
     open_head,
     open_token_file,
@@ -71,21 +78,16 @@ ROW_GROUP_TOKENS = 1 << 20
 """Tokens per row group :class:`ParquetWriter` aims at (whole documents: a row group ends
 with the first document that reaches it): ~2-8 MiB decoded, small enough to decode per
 window run, large enough for the Hub's readers."""
-_STATISTICS_WRITERS = ("parquet-cpp",)
-"""``created_by`` prefixes of writers whose list-column statistics count exactly the
-non-null leaf values (Arrow C++, so pyarrow and ``datasets``)."""
+_STATISTICS_WRITER = re.compile(r"parquet-cpp-arrow version (\d+)\.(\d+)")
+"""``created_by`` of the writer whose list-column statistics count exactly the non-null leaf
+values (Arrow C++: pyarrow and ``datasets``), trusted from :data:`_STATISTICS_SINCE` on."""
+_STATISTICS_SINCE = (6, 0)
 
 
-@contextlib.contextmanager
-def _errors(path: str) -> Iterator[None]:
-    """pyarrow's parse and read errors as :class:`FormatError` naming ``path``."""
-    pa = import_pyarrow(path)
-    try:
-        yield
-    except (pa.lib.ArrowException, OSError) as exc:
-        raise FormatError(
-            f"{path}: not a readable Parquet file ({exc}); it is truncated or corrupt"
-        ) from exc
+def _errors(path: str) -> contextlib.AbstractContextManager[None]:
+    """pyarrow's parse errors as :class:`FormatError` naming ``path`` (network errors of a
+    remote file propagate: :func:`~streamload.formats._arrow_columns.arrow_errors`)."""
+    return arrow_errors(path, "Parquet")
 
 
 def _leaf_index(metadata: Any, column: str) -> int:
@@ -106,17 +108,30 @@ def _decode(pf: Any, group: int, column: str, path: str) -> Decoded:
     return values, offsets.astype(np.int64) - int(offsets[0])
 
 
-def row_group_tokens(pf: Any, column: str, path: str) -> tuple[list[int], bool]:
-    """Each row group's token count, and whether the footer's statistics gave them (else
-    every row group was decoded)."""
+def _statistics_trusted(metadata: Any) -> bool:
+    """Whether the file's writer is an Arrow C++ of version :data:`_STATISTICS_SINCE` or
+    later."""
+    found = _STATISTICS_WRITER.match(str(metadata.created_by))
+    return found is not None and (int(found[1]), int(found[2])) >= _STATISTICS_SINCE
+
+
+def row_group_tokens(pf: Any, column: str, path: str) -> tuple[list[int], int]:
+    """Each row group's token count, and how many row groups were decoded to count them (the
+    others: their footer statistics; module docstring). Decoding refuses nulls."""
     metadata = pf.metadata
     groups = metadata.num_row_groups
-    if groups and str(metadata.created_by).startswith(_STATISTICS_WRITERS):
-        leaf = _leaf_index(metadata, column)
-        stats = [metadata.row_group(g).column(leaf).statistics for g in range(groups)]
-        if all(s is not None and s.has_null_count for s in stats):
-            return [int(s.num_values) for s in stats], True
-    return [_decode(pf, g, column, path)[0].shape[0] for g in range(groups)], False
+    trusted = groups > 0 and _statistics_trusted(metadata)
+    leaf = _leaf_index(metadata, column) if trusted else -1
+    counts, decoded = [], 0
+    for group in range(groups):
+        with _errors(path):
+            stats = metadata.row_group(group).column(leaf).statistics if trusted else None
+        if stats is not None and stats.has_null_count and stats.null_count == 0:
+            counts.append(int(stats.num_values))
+        else:
+            counts.append(_decode(pf, group, column, path)[0].shape[0])
+            decoded += 1
+    return counts, decoded
 
 
 def _open_parquet(source: Any, path: str) -> Any:
@@ -136,16 +151,22 @@ class ParquetShard:
             raise FormatError(f"{info.path}: shard was not described by the parquet format")
         self._column = column
         self._lock = threading.Lock()  # one decode at a time per file (a remote file object)
-        source = open_token_file(info) if info.is_remote else local_path(info.path)
+        if info.is_remote:
+            source: Any = open_token_file(info)
+        else:
+            source = check_size_unchanged(info.path, info.size)
         self._file = _open_parquet(source, info.path)
-        counts, _ = row_group_tokens(self._file, column, info.path)
+        counts = info.meta.get("row_group_tokens")
+        if not isinstance(counts, list):  # described by an older streamload (catalog cache)
+            counts, _ = row_group_tokens(self._file, column, info.path)
+        groups = self._file.metadata.num_row_groups
+        if len(counts) != groups or sum(counts) != info.num_tokens:
+            raise FormatError(
+                f"{info.path}: {groups} row groups now but {len(counts)} row groups of "
+                f"{info.num_tokens} tokens in column {column!r} at start-up; the file changed"
+            )
         self._starts = piece_starts(counts)
         self._starts_list: list[int] = self._starts.tolist()
-        if self._starts_list[-1] != info.num_tokens:
-            raise FormatError(
-                f"{info.path}: column {column!r} now holds {self._starts_list[-1]} tokens but "
-                f"held {info.num_tokens} at start-up; the file changed"
-            )
         self._dtype = np.dtype(info.dtype)
         self._bounds: np.ndarray | None = None
 
@@ -160,7 +181,7 @@ class ParquetShard:
         if values.shape[0] != expected:
             raise FormatError(
                 f"{self.info.path}: row group {group} holds {values.shape[0]} tokens in column "
-                f"{self._column!r} but its footer statistics say {expected}; the file is corrupt"
+                f"{self._column!r} but held {expected} at start-up; the file changed or is corrupt"
             )
         return values, offsets
 
@@ -194,19 +215,18 @@ class ParquetFormat:
             source = local if local is not None else stack.enter_context(open_head(fs, file.path))
             pf = _open_parquet(source, file.path)
             dtype = token_dtype(pf.schema_arrow, column, file.path)
-            counts, from_statistics = row_group_tokens(pf, column, file.path)
+            what = f"column {column!r} holds {dtype.name} tokens"
+            check_configured_dtype(options.dtype, dtype, file.path, what)
+            counts, decoded = row_group_tokens(pf, column, file.path)
             metadata = pf.metadata
             others = list_columns(pf.schema_arrow, column)
-        if options.dtype != "auto" and np.dtype(options.dtype) != dtype.newbyteorder("="):
-            raise FormatError(
-                f"{file.path}: column {column!r} holds {dtype.name} tokens but the config says "
-                f"dtype = {options.dtype!r}; remove dtype or fix it"
-            )
         meta: dict[str, Any] = {
             "column": column,
             "documents": metadata.num_rows,
             "row_groups": metadata.num_row_groups,
-            "counts_from": "statistics" if from_statistics else "decoded",
+            "counts_from": "statistics" if not decoded else "decoded",
+            "decoded_row_groups": decoded,
+            "row_group_tokens": counts,
         }
         if others:
             meta["list_columns"] = others

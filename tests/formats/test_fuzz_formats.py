@@ -1,15 +1,16 @@
 """Seeded fuzzing of every format's header, index and companion files (issue 22).
 
 For each format a small valid fixture is written by streamload's writer for it (byte-identical
-to the real tool's), then each of its files is mutated ``CASES[...]`` times
-(:mod:`tests.formats.fuzzing`): every case must end in a ``StreamloadError`` or in reads that
-stay within the file (the same data, or other valid data when only token bytes changed);
-never another exception, a hang, or a read outside the file. Seeds are fixed: a failure
-names the case that reproduces it.
+to the real tool's), or taken from tests/fixtures (MDS, LitData: written by the real tools);
+then each of its files is mutated ``CASES[...]`` times (:mod:`tests.formats.fuzzing`): every
+case must end in a ``StreamloadError`` or in reads that stay within the file (the same data,
+or other valid data when only token bytes changed); never another exception, a hang, or a
+read outside the file. Seeds are fixed: a failure names the case that reproduces it.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import random
@@ -27,6 +28,7 @@ from streamload.formats.jsonl import prepare_jsonl
 from streamload.formats.megatron import MegatronWriter
 from streamload.formats.modalities import HEADER_SIZE, ModalitiesWriter
 from tests.formats.fuzzing import Target, read_everything, run_cases
+from tests.helpers.paths import TESTS
 from tests.helpers.tokenizer import train_bpe
 
 SEED = 22
@@ -118,6 +120,34 @@ def tatm_fixture(folder: Path) -> tuple[dict[str, bytes], dict[Target, int]]:
     }
 
 
+def mds_fixture(folder: Path, name: str) -> tuple[dict[str, bytes], dict[Target, int]]:
+    """Real MDSWriter shards (tests/fixtures/mds/``name``): the index, and shard 0's offset
+    table and samples (column sizes, array headers, tokens)."""
+    data = files_of(TESTS / "fixtures" / "mds" / name)
+    shard = data["shard.00000.mds"]
+    count, first = struct.unpack_from("<II", shard)
+    table = tuple((4 * i, 4) for i in range(count + 2))  # u32 count, offsets[count + 1]
+    starts = struct.unpack_from(f"<{count}I", shard, 4)
+    variable = json.loads(data["index.json"])["shards"][0]["column_sizes"].count(None)
+    sizes = tuple((s + 4 * i, 4) for s in starts for i in range(variable))  # each sample's
+    return data, {
+        Target("index.json", kind="json"): 50,
+        Target("shard.00000.mds", table, (0, 4 * (count + 2)), label="shard header"): 50,
+        Target("shard.00000.mds", sizes, (first, len(shard)), label="shard samples"): 120,
+    }
+
+
+def litdata_fixture(folder: Path) -> tuple[dict[str, bytes], dict[Target, int]]:
+    """Real ``TokensLoader`` chunks (tests/fixtures/litdata/i32: 3 chunks of int32 tokens)."""
+    data = files_of(TESTS / "fixtures" / "litdata" / "i32")
+    (count,) = struct.unpack_from("<I", data["chunk-0-0.bin"])
+    header = tuple((4 * i, 4) for i in range(count + 2))
+    return data, {
+        Target("index.json", kind="json"): 120,
+        Target("chunk-0-0.bin", header, (0, 4 * (count + 2))): 80,
+    }
+
+
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory: pytest.TempPathFactory) -> str:
     rng = random.Random(0)
@@ -146,6 +176,11 @@ FIXTURES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "datatrove": (datatrove_fixture, {}),
     "numpy": (npy_fixture, {}),
     "raw (tatm)": (tatm_fixture, {}),
+    # id: str, tokens: ndarray:uint16 (a shape header per sample), 2 shards
+    "mds": (functools.partial(mds_fixture, name="u16"), {}),
+    # tokens: ndarray (a dtype byte, then a shape header per sample)
+    "mds (ndarray)": (functools.partial(mds_fixture, name="any_dtype"), {}),
+    "litdata": (litdata_fixture, {}),
 }
 
 

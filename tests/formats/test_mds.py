@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,7 +23,8 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats.mds import MdsShard
+from streamload.formats.base import ListedFile, ReadOptions
+from streamload.formats.mds import FORMAT, MdsShard
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents, is_mapped
@@ -133,6 +135,23 @@ def test_decoded_cache_is_reused_and_rebuilt(tmp_path: Path, monkeypatch: Any) -
     assert len(list((tmp_path / "cache" / "mds").rglob("*.tokens"))) == 1  # decoded again
 
 
+def test_describe_does_not_rewrite_a_cached_entry(tmp_path: Path) -> None:
+    shard = DATA / "u16" / "shard.00000.mds"
+    file = ListedFile(str(shard), shard.name, shard.stat().st_size)
+    options = ReadOptions(cache_root=str(tmp_path))
+    info = FORMAT.describe(fsspec.filesystem("file"), file, options)
+    (cached,) = (tmp_path / "mds").rglob("*.tokens")
+    before = cached.stat().st_ino
+    assert FORMAT.describe(fsspec.filesystem("file"), file, options) == info
+    assert cached.stat().st_ino == before  # not written again (a rewrite renames a new file)
+    assert documents(FORMAT.open(info)) == [
+        [7, 8, 9, 0],
+        [12, 13, 0],
+        [22, 23, 24, 25, 26, 0],
+        [32, 0],
+    ]
+
+
 def copy_of(tmp_path: Path, name: str) -> Path:
     return Path(shutil.copytree(DATA / name, tmp_path / name))
 
@@ -177,6 +196,23 @@ def test_damaged_files_are_refused(tmp_path: Path) -> None:
     bad[230] = 0x3C  # the first sample's ndarray header: ndim 15 (was 1)
     shard.write_bytes(bytes(bad))
     with pytest.raises(FormatError, match="sample 0's column 'tokens'"):
+        describe(folder)
+
+
+def test_an_array_header_cut_short_is_refused(tmp_path: Path) -> None:
+    """The last sample's token column is the single byte 0x07 (ndim 1, 8-byte shape): its
+    header would run past the end of the shard."""
+    docs = [np.array([7, 8, 0], np.uint16), np.array([9, 0], np.uint16)]
+    folder = write_mds(tmp_path / "m", docs, per_shard=2)
+    shard = folder / "shard.00000.mds"
+    data = shard.read_bytes()
+    last = data.rindex(b"d1") - 8  # the last sample: u32 sizes of id and tokens, "d1", tokens
+    cut = bytearray(data[:last] + struct.pack("<II", 2, 1) + b"d1\x07")
+    struct.pack_into("<I", cut, 12, len(cut))  # offsets[2]: the samples' end
+    shard.write_bytes(bytes(cut))
+    edit_index(folder, lambda ix: ix["shards"][0]["raw_data"].update(bytes=len(cut)))
+    message = r"shard\.00000\.mds: sample 1's column 'tokens' \(ndarray:uint16\) is 1 bytes, "
+    with pytest.raises(FormatError, match=message + "shorter than the 9-byte header"):
         describe(folder)
 
 

@@ -3,6 +3,8 @@ writer (pyarrow reads it back), errors, loader."""
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,11 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
+from streamload.formats._arrow_columns import arrow_errors
 from streamload.formats._arrow_row_groups import RowGroupCache, row_groups
-from streamload.formats.parquet import ParquetShard, ParquetWriter
+from streamload.formats.arrow import FORMAT as ARROW
+from streamload.formats.base import ListedFile, ReadOptions
+from streamload.formats.parquet import FORMAT, ParquetShard, ParquetWriter
 from streamload.testing import assert_resumes_exactly, collect_global_batches
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents
@@ -48,7 +53,13 @@ def test_fixtures_read_back_as_the_tools_read_them(name: str) -> None:
     assert info.format == "parquet"
     assert np.dtype(info.dtype) == np.dtype(want["value_type"])
     assert (info.meta["documents"], info.meta["row_groups"]) == (len(want["documents"]), 3)
-    assert info.meta["counts_from"] == "statistics"  # a footer read, no decode
+    # one row group of each holds an empty document, a null value to the footer statistics:
+    # that row group is decoded at describe, the other two are counted from the footer
+    assert (info.meta["counts_from"], info.meta["decoded_row_groups"]) == ("decoded", 1)
+    pf = pq.ParquetFile(HF / name)
+    assert info.meta["row_group_tokens"] == [
+        sum(map(len, pf.read_row_group(g).column(0).to_pylist())) for g in range(3)
+    ]
     shard = open_shard(info)
     assert documents(shard) == want["documents"]
     flat = [t for doc in want["documents"] for t in doc]
@@ -86,6 +97,62 @@ def test_row_groups_are_decoded_once_and_the_cache_is_bounded() -> None:
         small.get(key, lambda k=key: decode(k))
     assert calls == [1, 2, 1]  # 1 evicted by 2, which stays as the only entry above the bound
     assert small.nbytes == 4 + 16
+
+
+def test_footer_statistics_without_nulls_are_a_footer_read(tmp_path: Path) -> None:
+    write(tmp_path / "x.parquet", [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]], rg=3)
+    (info,) = describe(tmp_path / "x.parquet").shards
+    assert info.meta["counts_from"] == "statistics"
+    assert (info.meta["decoded_row_groups"], info.meta["row_group_tokens"]) == (0, [3, 3, 4])
+
+
+def test_open_uses_the_row_group_counts_of_describe(tmp_path: Path) -> None:
+    """Opening decodes nothing: the counts come from the description, and a row group that
+    decodes to another count than described is refused when read."""
+    write(tmp_path / "x.parquet", [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]], rg=3)
+    (info,) = describe(tmp_path / "x.parquet").shards
+    moved = dataclasses.replace(info, meta={**info.meta, "row_group_tokens": [4, 2, 4]})
+    shard = open_shard(moved)
+    with pytest.raises(FormatError, match=r"row group 0 holds 3 tokens .* but held 4 at start"):
+        shard.tokens(0, 2)
+    fewer = dataclasses.replace(info, meta={**info.meta, "row_group_tokens": [6, 4]})
+    with pytest.raises(FormatError, match=r"x\.parquet: 3 row groups now but 2 row groups"):
+        open_shard(fewer)
+
+
+def test_network_errors_are_not_corrupt_files() -> None:
+    """An OSError subclass from a remote file (a reset connection) reaches the retry layer
+    unchanged; pyarrow's plain OSError (a corrupt file) is a FormatError."""
+    for name, reader in (
+        ("to_parquet/train-00000-of-00001.parquet", FORMAT),
+        ("ipc_file/tokens.arrow", ARROW),
+    ):
+        data = (HF / name).read_bytes()
+        file = ListedFile(f"memory://{name}", name, len(data))
+        with pytest.raises(ConnectionResetError, match="peer reset"):
+            reader.describe(ResettingFS(data), file, ReadOptions())
+    with pytest.raises(TimeoutError), arrow_errors("x.parquet", "Parquet"):
+        raise TimeoutError("timed out")
+    corrupt = pytest.raises(FormatError, match=r"x\.parquet: not a readable Parquet file")
+    with corrupt, arrow_errors("x.parquet", "Parquet"):
+        raise OSError("Couldn't deserialize thrift")
+
+
+class ResettingFS:
+    """A file system whose files lose their connection after the first 4 bytes."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def open(self, path: str, mode: str = "rb", **kw: Any) -> io.BytesIO:
+        return _Resetting(self.data)
+
+
+class _Resetting(io.BytesIO):
+    def read(self, n: int | None = -1) -> bytes:
+        if self.tell() >= 4:
+            raise ConnectionResetError("peer reset")
+        return super().read(n)
 
 
 def test_row_group_counts_without_statistics_come_from_decoding(tmp_path: Path) -> None:
@@ -146,9 +213,9 @@ def test_writer_is_atomic_and_checks_ids(tmp_path: Path) -> None:
         ("null_row.parquet", r"row group 0: column 'input_ids' has 1 null row\(s\), the first"),
     ],
 )
-def test_bad_fixtures_are_refused(name: str, match: str) -> None:
+def test_bad_fixtures_are_refused_at_describe(name: str, match: str) -> None:
     with pytest.raises(FormatError, match=match):
-        documents(open_shard(describe(HF / "bad" / name).shards[0]))
+        describe(HF / "bad" / name)
 
 
 def test_missing_column_and_dtype_mismatch(tmp_path: Path) -> None:
@@ -180,7 +247,7 @@ def test_footer_statistics_that_lie_are_caught_when_decoding(tmp_path: Path) -> 
     write(tmp_path / "x.parquet", [[1, 2], [4, 5, 6]], rg=100)
     assert documents(open_shard(info)) == [[1, 2], [4, 5, 6]]  # same count: read as it is now
     write(tmp_path / "x.parquet", [[1, 2], [4]], rg=100)
-    with pytest.raises(FormatError, match=r"x\.parquet: (file is|column 'input_ids' now holds)"):
+    with pytest.raises(FormatError, match=r"x\.parquet: (file is|\d+ row groups now)"):
         open_shard(info)
 
 
