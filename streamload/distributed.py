@@ -29,12 +29,12 @@ rank.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamload.config.checks import check_count, table_fields
 from streamload.errors import ConfigError
 
 __all__ = [
@@ -89,11 +89,7 @@ class ModelParallel:
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ConfigError(
-                    f"model_parallel.{field.name} = {value!r}: expected an integer >= 1"
-                )
+            check_count(getattr(self, field.name), f"model_parallel.{field.name}", 1)
 
     @classmethod
     def coerce(cls, value: ModelParallel | Mapping[str, Any]) -> ModelParallel:
@@ -109,13 +105,7 @@ class ModelParallel:
                 f"model_parallel = {value!r}: expected ModelParallel(tp=, cp=, pp=) or a "
                 "mapping of those keys"
             )
-        names = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(str(key) for key in value if key not in names)
-        if unknown:
-            raise ConfigError(
-                f"model_parallel has unknown keys {unknown}; expected some of {sorted(names)}"
-            )
-        return cls(**{str(key): size for key, size in value.items()})
+        return cls(**table_fields(value, cls, "model_parallel"))
 
     @property
     def size(self) -> int:
@@ -217,7 +207,8 @@ def mesh_data_parallel(mesh: Any) -> tuple[int, int]:
         raise ConfigError(f"this process is not a member of the mesh {mesh}")
     rank, size = pick_data_parallel(None if names is None else tuple(names), shape, coordinate)
     world = _world_size()
-    if size == 1 and len(shape) > 1 and world not in (None, mesh.size()):
+    named_dp = DATA_PARALLEL_DIMS.intersection(names or ())
+    if len(shape) > 1 and not named_dp and world not in (None, mesh.size()):
         raise ConfigError(
             f"mesh dimensions {tuple(names or ())} name no data-parallel dimension and span "
             f"{mesh.size()} of {world} ranks; pass the mesh that holds the "

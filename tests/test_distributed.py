@@ -25,8 +25,13 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from streamload import build_loader
-from streamload.distributed import ModelParallel, pick_data_parallel, resolve_data_parallel
+from streamload import build_loader, distributed
+from streamload.distributed import (
+    ModelParallel,
+    mesh_data_parallel,
+    pick_data_parallel,
+    resolve_data_parallel,
+)
 from streamload.errors import ConfigError
 from streamload.testing import assert_batches_equal, collect_global_batches
 from tests.helpers import gloo
@@ -299,16 +304,61 @@ def test_model_parallel_sizes_agree_with_the_torchtitan_mesh_layout() -> None:
 @pytest.mark.parametrize(
     ("value", "match"),
     [
-        ({"tp": 0}, r"model_parallel.tp = 0: expected an integer >= 1"),
-        ({"cp": True}, r"model_parallel.cp = True"),
-        ({"pp": 1.5}, r"model_parallel.pp = 1.5"),
-        ({"tp": 2, "ep": 2}, r"unknown keys \['ep'\]"),
+        ({"tp": 0}, r"model_parallel\.tp = 0 must be >= 1"),
+        ({"cp": True}, r"model_parallel\.cp = True must be an integer"),
+        ({"pp": 1.5}, r"model_parallel\.pp = 1\.5 must be an integer"),
+        ({"tp": 2, "ep": 2}, r"model_parallel: unknown key\(s\) ep; allowed: cp, pp, tp"),
+        ({1: 2}, r"model_parallel: key 1 \(int\) must be a string"),
         (2, r"model_parallel = 2: expected ModelParallel"),
     ],
 )
 def test_bad_model_parallel_sizes_are_refused(value: Any, match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         ModelParallel.coerce(value)
+
+
+def test_model_parallel_sizes_take_numpy_integers() -> None:
+    assert ModelParallel.coerce({"tp": np.int64(2), "pp": 3}).size == 6
+
+
+class StubMesh:
+    """What ``mesh_data_parallel`` reads of a ``DeviceMesh``: names, shape, coordinate, size."""
+
+    def __init__(self, names: tuple[str, ...], shape: tuple[int, ...], at: tuple[int, ...]):
+        self.mesh_dim_names, self.shape, self._at = names, shape, at
+
+    def get_coordinate(self) -> tuple[int, ...]:
+        return self._at
+
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+@pytest.mark.parametrize(
+    ("names", "shape", "at", "expected"),
+    [
+        (("dp", "tp"), (1, 4), (0, 3), (0, 1)),  # a DP dimension of size 1 is still named
+        (("dp", "tp"), (2, 2), (1, 0), (1, 2)),
+        (("dp_replicate", "dp_shard", "tp"), (1, 1, 4), (0, 0, 2), (0, 1)),
+    ],
+)
+def test_a_submesh_naming_a_dp_dimension_is_taken_at_any_dp_size(
+    monkeypatch: pytest.MonkeyPatch,
+    names: tuple[str, ...],
+    shape: tuple[int, ...],
+    at: tuple[int, ...],
+    expected: tuple[int, int],
+) -> None:
+    """A mesh over 4 of 8 ranks (e.g. one pipeline stage's): its DP rank and size come from
+    its named DP dimensions, even when their size is 1."""
+    monkeypatch.setattr(distributed, "_world_size", lambda: 8)
+    assert mesh_data_parallel(StubMesh(names, shape, at)) == expected
+
+
+def test_a_submesh_naming_no_dp_dimension_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(distributed, "_world_size", lambda: 8)
+    with pytest.raises(ConfigError, match=r"\('pp', 'tp'\) name no data-parallel dimension"):
+        mesh_data_parallel(StubMesh(("pp", "tp"), (2, 2), (0, 1)))
 
 
 def test_model_parallel_needs_a_world_it_divides_and_an_initialised_group() -> None:

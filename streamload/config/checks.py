@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import numbers
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "WEIGHT_SUM_LIMIT",
     "Hints",
     "check_bool",
+    "check_count",
     "check_int",
     "check_keys",
     "check_number",
@@ -84,6 +86,15 @@ def check_int(value: Any, field_name: str, minimum: int, maximum: int = INT64_MA
         raise ConfigError(f"{field_name} = {show(value)} must be >= {minimum}")
     if value > maximum:
         raise ConfigError(f"{field_name} = {show(value)} must be <= {maximum}")
+
+
+def check_count(value: Any, field_name: str, minimum: int, maximum: int = INT64_MAX) -> int:
+    """:func:`check_int` that also takes a NumPy (any ``numbers.Integral``) integer, for
+    arguments given in code rather than parsed from a file; returns it as an ``int``."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = int(value)
+    check_int(value, field_name, minimum, maximum)
+    return int(value)
 
 
 def check_number(

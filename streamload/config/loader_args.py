@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from streamload.config.checks import (
     INT64_MAX,
     check_bool,
-    check_int,
+    check_count,
     show,
     table_fields,
     to_enum,
@@ -109,10 +108,10 @@ class LoaderOptions:
         object.__setattr__(
             self, "worker_type", to_enum(WorkerType, self.worker_type, "worker_type")
         )
-        _check_count(self.prefetch, "prefetch", 0, PREFETCH_LIMIT)
+        check_count(self.prefetch, "prefetch", 0, PREFETCH_LIMIT)
         check_bool(self.pin_memory, "pin_memory")
         if self.chunk_batches is not None:
-            _check_count(self.chunk_batches, "chunk_batches", 1, CHUNK_BATCHES_LIMIT)
+            check_count(self.chunk_batches, "chunk_batches", 1, CHUNK_BATCHES_LIMIT)
         context = self.multiprocessing_context
         if context is None:
             return
@@ -163,23 +162,17 @@ def check_loader_args(
     Raises:
         ConfigError: naming the argument, its value and the rule it breaks.
     """
-    _check_count(batch_size, "batch_size", 1)
-    _check_count(num_workers, "num_workers", 0, NUM_WORKERS_LIMIT)
+    check_count(batch_size, "batch_size", 1)
+    check_count(num_workers, "num_workers", 0, NUM_WORKERS_LIMIT)
     if world_size is not None:
-        _check_count(world_size, "world_size", 1)
+        check_count(world_size, "world_size", 1)
     if rank is not None:
-        _check_count(rank, "rank", -INT64_MAX)
+        check_count(rank, "rank", -INT64_MAX)
         if world_size is not None and not 0 <= rank < world_size:
             raise ConfigError(f"rank {rank} is not in [0, world_size = {world_size})")
     if world_size is not None:
         _check_global_batch(config, int(world_size), int(batch_size))
     return _options(options)
-
-
-def _check_count(value: Any, name: str, minimum: int, maximum: int = INT64_MAX) -> None:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        value = int(value)  # a NumPy integer counts as one
-    check_int(value, name, minimum, maximum)
 
 
 def _check_global_batch(config: DataConfig | None, world_size: int, batch_size: int) -> None:

@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from streamload.config import DataConfig, load_config
+from streamload.config.checks import check_bool
 from streamload.config.loader_args import LoaderOptions
 from streamload.errors import ConfigError, StateError
 from streamload.loader import Batch, StreamLoader, build_loader
@@ -104,8 +105,7 @@ class TorchtitanLoader:
     STATE_KEY = STATE_KEY
 
     def __init__(self, loader: StreamLoader, *, infinite: bool = True) -> None:
-        if not isinstance(infinite, bool):
-            raise ConfigError(f"infinite = {infinite!r}: expected True or False")
+        check_bool(infinite, "infinite")
         if loader.stream.config.packing.compact:
             raise ConfigError(
                 "packing.compact = true: torchtitan's loop takes int64 inputs and labels; "
@@ -167,8 +167,9 @@ class TorchtitanLoader:
         self.close()
 
 
-def _saved_state(state: Any) -> Mapping[str, Any]:
-    """The loader state inside a :meth:`TorchtitanLoader.state_dict`-made mapping."""
+def _saved_state(state: Any) -> Any:
+    """The loader state inside a :meth:`TorchtitanLoader.state_dict`-made mapping: its JSON
+    string parsed, anything else as it is (``streamload.state.read_state`` checks it)."""
     if not isinstance(state, Mapping):
         raise StateError(
             f"torchtitan loader state is of type {type(state).__name__}; expected a mapping "
@@ -187,72 +188,14 @@ def _saved_state(state: Any) -> Mapping[str, Any]:
             f"torchtitan loader state has keys {keys}: {what}; expected ['{STATE_KEY}']"
         )
     value = state[STATE_KEY]
-    if isinstance(value, Mapping):
-        return value
     if not isinstance(value, str):
-        raise StateError(
-            f"torchtitan loader state['{STATE_KEY}'] is of type {type(value).__name__}; expected "
-            "the JSON string state_dict() saved"
-        )
+        return value
     try:
-        parsed = json.loads(value)
+        return json.loads(value)
     except json.JSONDecodeError as exc:
         raise StateError(
             f"torchtitan loader state['{STATE_KEY}'] is not JSON ({exc}): {value[:80]!r}"
         ) from None
-    if not isinstance(parsed, Mapping):
-        raise StateError(
-            f"torchtitan loader state['{STATE_KEY}'] holds JSON of type {type(parsed).__name__}; "
-            "expected a JSON object"
-        )
-    return parsed
-
-
-@dataclass(frozen=True, kw_only=True)
-class TorchtitanDataConfig:
-    """torchtitan's ``config.dataloader`` (0.3) for streamload; its ``build`` is also a
-    ``TrainSpec.build_dataloader_fn`` (0.1-0.2).
-
-    Args:
-        data: The streamload config: TOML/YAML/JSON path, mapping or :class:`DataConfig`.
-            Its ``seq_len`` must equal torchtitan's ``training.seq_len``.
-        num_workers: Loader workers per rank.
-        infinite: See :class:`TorchtitanLoader`.
-        options: Worker type, prefetch, pinning, chunk size.
-    """
-
-    data: ConfigSource
-    num_workers: int = 0
-    infinite: bool = True
-    options: LoaderOptions | None = None
-
-    def __post_init__(self) -> None:
-        # num_workers and options are checked by build_loader, with the config
-        if not isinstance(self.infinite, bool):
-            raise ConfigError(f"infinite = {self.infinite!r}: expected True or False")
-
-    def build(
-        self,
-        *,
-        dp_world_size: int,
-        dp_rank: int,
-        tokenizer: Any = None,
-        seq_len: int | None = None,
-        local_batch_size: int | None = None,
-        job_config: Any = None,
-        snapshot_every_n_steps: int | None = None,
-    ) -> TorchtitanLoader:
-        """:func:`build_torchtitan_dataloader` of this config (torchtitan's builder call)."""
-        return build_torchtitan_dataloader(
-            self,
-            dp_world_size=dp_world_size,
-            dp_rank=dp_rank,
-            tokenizer=tokenizer,
-            seq_len=seq_len,
-            local_batch_size=local_batch_size,
-            job_config=job_config,
-            snapshot_every_n_steps=snapshot_every_n_steps,
-        )
 
 
 def build_torchtitan_dataloader(
@@ -312,6 +255,29 @@ def build_torchtitan_dataloader(
         options=config.options,
     )
     return TorchtitanLoader(loader, infinite=config.infinite)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchtitanDataConfig:
+    """torchtitan's ``config.dataloader`` (0.3) for streamload; its ``build`` is also a
+    ``TrainSpec.build_dataloader_fn`` (0.1-0.2).
+
+    Args:
+        data: The streamload config: TOML/YAML/JSON path, mapping or :class:`DataConfig`.
+            Its ``seq_len`` must equal torchtitan's ``training.seq_len``.
+        num_workers: Loader workers per rank.
+        infinite: See :class:`TorchtitanLoader`.
+        options: Worker type, prefetch, pinning, chunk size.
+    """
+
+    data: ConfigSource
+    num_workers: int = 0
+    infinite: bool = True
+    options: LoaderOptions | None = None
+
+    build = build_torchtitan_dataloader
+    """:func:`build_torchtitan_dataloader` of this config: torchtitan's builder call
+    (``config.dataloader.build(...)``, 0.3; ``TrainSpec.build_dataloader_fn``, 0.1-0.2)."""
 
 
 def _with_accumulation(

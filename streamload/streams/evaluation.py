@@ -60,6 +60,12 @@ class EvaluationStream:
 
     def __init__(self, inner: SampleStream) -> None:
         self.inner = inner
+        # what the inner stream decides, and never changes
+        self.config: DataConfig = inner.config
+        self.seq_len: int = inner.seq_len  # tokens per sample, less the one of overlap
+        self.sources: Sequence[StreamSource] = inner.sources
+        self.num_windows: int = inner.num_windows  # samples in one epoch of the first source
+        self.has_documents: bool = inner.has_documents  # document starts from the indices
         self.ended_by: str | None = None
         self.megatron = inner.config.sampling.mode is SamplingMode.MEGATRON
         counts = [0] if self.megatron else [s.num_windows for s in inner.sources]
@@ -74,32 +80,6 @@ class EvaluationStream:
         from streamload.streams.interface import build_stream  # the modes import nothing here
 
         return cls(build_stream(config))
-
-    # -- what the inner stream decides ---------------------------------------------------
-    @property
-    def config(self) -> DataConfig:
-        """The evaluation config."""
-        return self.inner.config
-
-    @property
-    def seq_len(self) -> int:
-        """Tokens per sample, less the one of overlap."""
-        return self.inner.seq_len
-
-    @property
-    def sources(self) -> Sequence[StreamSource]:
-        """The inner stream's sources."""
-        return self.inner.sources
-
-    @property
-    def num_windows(self) -> int:
-        """Samples in one epoch of the first source."""
-        return self.inner.num_windows
-
-    @property
-    def has_documents(self) -> bool:
-        """Whether document starts come from the formats' indices."""
-        return self.inner.has_documents
 
     def read_chunk(self, plan: ChunkPlan, documents: bool) -> TokenChunk:
         """The inner stream reads any (source, local) plan, its padding rows included."""

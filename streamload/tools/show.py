@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 
 from streamload.config import DataConfig
+from streamload.config.checks import check_count
 from streamload.config.loader_args import check_loader_args
 from streamload.errors import ConfigError
 from streamload.nodes.materialize import Materialize
@@ -149,25 +149,19 @@ def parse_batch_sizes(text: str) -> tuple[tuple[int, int], ...]:
     return pairs
 
 
-def _check_count(value: Any, flag: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigError(f"{flag} {value!r} must be an integer >= {minimum}")
-    return int(value)
-
-
 def resolve_split(config: DataConfig, request: StepRequest) -> RankSpec:
     """The rank split at the requested step (``rank`` 0 when every rank is shown).
 
     Raises:
         ConfigError: a value out of range, or sizes that disagree, named.
     """
-    step = _check_count(request.step, "--step", 0)
-    _check_count(request.pass_index, "--pass", 0)
+    step = check_count(request.step, "--step", 0)
+    check_count(request.pass_index, "--pass", 0)
     if request.rank is not None and request.world_size is None:
         raise ConfigError(f"--rank {request.rank} needs --world-size (the run's DP size)")
-    world = _check_count(1 if request.world_size is None else request.world_size, "--world-size", 1)
+    world = check_count(1 if request.world_size is None else request.world_size, "--world-size", 1)
     if request.rank is not None:
-        rank = _check_count(request.rank, "--rank", 0)
+        rank = check_count(request.rank, "--rank", 0)
         if rank >= world:
             raise ConfigError(f"--rank {rank} must be in [0, --world-size {world})")
     total, where = _global_batch(config, request, world, step)
@@ -193,7 +187,7 @@ def _global_batch(
         total = [size for first, size in request.batch_sizes if first <= step][-1]
         return total, f"the global batch size {total} at step {step} (--batch-sizes)"
     if request.batch_size is not None:
-        per_rank = _check_count(request.batch_size, "--batch-size", 1)
+        per_rank = check_count(request.batch_size, "--batch-size", 1)
         check_loader_args(config, batch_size=per_rank, rank=None, world_size=world, num_workers=0)
         steps = config.grad_accum_steps
         factor = f"grad_accum_steps {steps} x " if steps > 1 else ""

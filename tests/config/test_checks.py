@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from streamload.config import load_config
-from streamload.config.checks import INT64_MAX, check_int, check_number
+from streamload.config.checks import INT64_MAX, check_count, check_int, check_number
 from streamload.errors import ConfigError
 
 
@@ -135,3 +136,20 @@ def test_check_int_accepts_the_bounds() -> None:
     check_int(5, "x", 0, maximum=5)
     with pytest.raises(ConfigError, match=r"x = 6 must be <= 5"):
         check_int(6, "x", 0, maximum=5)
+
+
+def test_check_count_takes_numpy_integers_as_int() -> None:
+    """Arguments given in code: a NumPy integer counts as one (and comes back an ``int``);
+    bools, floats and values out of range are refused as :func:`check_int` refuses them."""
+    got = check_count(np.int64(3), "x", 1)
+    assert got == 3 and type(got) is int
+    assert check_count(np.uint8(0), "x", 0, maximum=0) == 0
+    for value, match in (
+        (np.True_, r"x = np\.True_ must be an integer|x = True must be an integer"),
+        (True, r"x = True must be an integer"),
+        (4.0, r"x = 4\.0 must be an integer"),
+        (np.int32(0), r"x = 0 must be >= 1"),
+        (2**63, r"x = 9223372036854775808 must be <= 9223372036854775807"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            check_count(value, "x", 1)

@@ -10,6 +10,7 @@ installed, its real ``ParallelAwareDataloader`` and DCP ``CheckpointManager`` ar
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 import warnings
@@ -206,13 +207,38 @@ def test_infinite_ends_where_the_stream_ends(config: Path) -> None:
         assert sum(1 for _ in loader) == 2 * 94 // GLOBAL_BATCH
 
 
+def test_infinite_must_be_a_bool(config: Path) -> None:
+    with pytest.raises(ConfigError, match=r"infinite = 'yes' must be true/false"):
+        build(config, 1, 0, infinite="yes")
+    loader = build_loader(config, batch_size=GLOBAL_BATCH)
+    with pytest.raises(ConfigError, match=r"infinite = 1 must be true/false"):
+        TorchtitanLoader(loader, infinite=1)  # type: ignore[arg-type]
+
+
+def test_the_builder_function_is_the_config_s_build_method(config: Path) -> None:
+    """``build_torchtitan_dataloader(config, ...)`` and ``config.build(...)`` are one call,
+    with torchtitan's keyword-only builder signature."""
+    assert TorchtitanDataConfig.build is build_torchtitan_dataloader
+    data = TorchtitanDataConfig(data=config)
+    assert list(inspect.signature(data.build).parameters) == [
+        "dp_world_size",
+        "dp_rank",
+        "tokenizer",
+        "seq_len",
+        "local_batch_size",
+        "job_config",
+        "snapshot_every_n_steps",
+    ]
+
+
 @pytest.mark.parametrize(
     ("state", "match"),
     [
         ({"dp_rank_0": b"x", "world_size": 2}, r"ParallelAwareDataloader state \(per-rank keys"),
         ({STATE_KEY: "{not json"}, "is not JSON"),
-        ({STATE_KEY: 5}, "is of type int; expected the JSON string"),
-        ({STATE_KEY: "[1]"}, "holds JSON of type list; expected a JSON object"),
+        ({STATE_KEY: 5}, r"not a streamload loader state \(a mapping .*\): 5"),
+        ({STATE_KEY: "[1]"}, r"not a streamload loader state \(a mapping .*\): \[1\]"),
+        ({STATE_KEY: '{"cursor": 1}'}, r"no 'version' key"),
         ({STATE_KEY: "{}", "extra": 1}, r"keys \['extra', 'streamload'\]: not a streamload"),
         ([STATE_KEY], "is of type list; expected a mapping"),
     ],

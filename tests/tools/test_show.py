@@ -272,12 +272,12 @@ def test_decoded_text_is_each_documents_text(tmp_path: Path) -> None:
     ("request_args", "match"),
     [
         ({"step": 10_000}, r"--step 10000 lies beyond the end of pass 0, which holds \d+ global"),
-        ({"step": -1}, "--step -1 must be an integer >= 0"),
+        ({"step": -1}, "--step = -1 must be >= 0"),
         ({"step": 0, "rank": 2, "world_size": 2}, r"--rank 2 must be in \[0, --world-size 2\)"),
         ({"step": 0, "rank": 0}, "--rank 0 needs --world-size"),
         ({"step": 0, "world_size": 3}, "global_batch_size = 4 in the config does not split"),
         ({"step": 0, "world_size": 2, "batch_size": 3}, "global_batch_size = 4 in the config"),
-        ({"step": 0, "pass_index": -1}, "--pass -1 must be an integer >= 0"),
+        ({"step": 0, "pass_index": -1}, "--pass = -1 must be >= 0"),
         ({"step": 0, "batch_sizes": ((0, 5),), "world_size": 2}, "size 5 at step 0 .* split"),
     ],
 )
