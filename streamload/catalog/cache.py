@@ -43,7 +43,7 @@ from streamload.util.files import write_atomic
 
 __all__ = ["SCHEMA", "catalog_key", "check_cache_root", "load_catalog", "save_catalog"]
 
-SCHEMA = "streamload-catalog-2"
+SCHEMA = "streamload-catalog-3"
 """Version of the key and the entry layout (change it when ShardInfo or describing changes;
 2: Parquet row-group counts and null checks at describe, the source column in the key)."""
 

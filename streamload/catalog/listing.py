@@ -19,6 +19,14 @@ import fsspec
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
+from streamload.formats._arrow_columns import column_name
+from streamload.formats._arrow_folder import (
+    INFO_FILE,
+    STATE_FILE,
+    check_data_files,
+    check_token_feature,
+    data_files,
+)
 from streamload.formats.base import ListedFile
 from streamload.formats.mask_names import is_mask_name
 from streamload.remote.clients import client_options, limit_client_retries
@@ -110,8 +118,9 @@ def list_entries(
     files: list[ListedFile] = []
     what = "loss-mask files" if masks else "token files"
     for raw, entry in zip(raws, entries, strict=True):
-        infos = retrying(storage, f"listing {raw}", _expand, fs, entry, masks)
-        found = sorted((_listed(fs, i, rel, storage) for i, rel in infos), key=lambda f: f.path)
+        column = None if masks else column_name(source.column)
+        infos = retrying(storage, f"listing {raw}", _expand, fs, entry, column)
+        found = [_listed(fs, i, rel, storage) for i, rel in infos]
         if not found:
             looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)})"
             raise ConfigError(f"source {source.name!r}: {raw!r} holds no {what}{looked}")
@@ -139,24 +148,29 @@ def _is_token_file(fs: Any, info: dict[str, Any]) -> bool:
     return not is_mask_name(posixpath.basename(info["name"])) and _is_file(fs, info)
 
 
-def _expand(fs: Any, entry: str, masks: bool = False) -> list[tuple[dict[str, Any], str]]:
-    """The listed entries (fsspec infos) of one path entry, each with its relative path: one
-    attempt of a few requests (exists/isdir/isfile, then ls/glob/info). With ``masks`` a
-    folder or glob lists every file (the loss masks a source names), else its token files."""
-    keep = _is_file if masks else _is_token_file
+def _expand(fs: Any, entry: str, column: str | None) -> list[tuple[dict[str, Any], str]]:
+    """The listed entries (fsspec infos) of one path entry, each with its relative path, in
+    listing order: one attempt of a few requests (exists/isdir/isfile, then ls/glob/info).
+    Without a token ``column`` a folder or glob lists every file (the loss masks a source
+    names), else its token files; a ``save_to_disk`` folder's are checked against and
+    ordered by its ``state.json`` (:func:`_save_to_disk_order`)."""
+    keep = _is_file if column is None else _is_token_file
     # An existing path wins over a glob reading, so a folder named "run[1]" works.
     if any(c in entry for c in _GLOB_CHARS) and not fs.exists(entry):
         root = entry[: min(entry.find(c) for c in _GLOB_CHARS if c in entry)]
         root = root if root.endswith("/") else posixpath.dirname(root)
         infos = fs.glob(entry, detail=True).values()
-        files = [i for i in infos if keep(fs, i)]
+        files = sorted((i for i in infos if keep(fs, i)), key=_name)
     elif fs.isdir(entry):
         root = entry
-        files = [
-            i
-            for i in fs.ls(entry, detail=True)
-            if (masks or i["name"].endswith(TOKEN_SUFFIXES)) and keep(fs, i)
-        ]
+        listed = fs.ls(entry, detail=True)
+        files = sorted(
+            (i for i in listed if (column is None or i["name"].endswith(TOKEN_SUFFIXES))),
+            key=_name,
+        )
+        files = [i for i in files if keep(fs, i)]
+        if column is not None:
+            files = _save_to_disk_order(fs, entry, listed, files, column)
     elif fs.isfile(entry):
         return [_single(fs, entry)]
     elif fs.isfile(entry + ".bin"):  # a Megatron path prefix: data/web_text_document
@@ -166,6 +180,30 @@ def _expand(fs: Any, entry: str, masks: bool = False) -> list[tuple[dict[str, An
             fs.info(entry)  # raise that one (retried) unless the path is missing
         raise ConfigError(f"{entry}: no such file or folder")
     return [(i, _relative(i["name"], root)) for i in files]
+
+
+def _name(info: dict[str, Any]) -> str:
+    return str(info["name"])
+
+
+def _save_to_disk_order(
+    fs: Any, folder: str, listed: list[dict[str, Any]], files: list[dict[str, Any]], column: str
+) -> list[dict[str, Any]]:
+    """``files`` of a folder, in the order its ``state.json`` lists its Arrow files when it
+    has one beside them (:mod:`streamload.formats._arrow_folder`: the files checked, the
+    token column's feature too)."""
+    names = {posixpath.basename(i["name"]): i for i in listed}
+    arrows = {posixpath.basename(i["name"]): i for i in files if i["name"].endswith(".arrow")}
+    if STATE_FILE not in names or not arrows:
+        return files
+    state = posixpath.join(folder, STATE_FILE)
+    expected = data_files(fs.cat_file(state), state)
+    check_data_files(list(arrows), expected, folder)
+    if INFO_FILE in names:
+        info = posixpath.join(folder, INFO_FILE)
+        check_token_feature(fs.cat_file(info), column, info)
+    rank = {name: at for at, name in enumerate(expected)}
+    return sorted(files, key=lambda i: (rank.get(posixpath.basename(i["name"]), -1), i["name"]))
 
 
 def _single(fs: Any, path: str) -> tuple[dict[str, Any], str]:

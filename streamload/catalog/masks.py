@@ -10,6 +10,14 @@
 * a folder, glob, file or list of those: the mask files, listed like a source's path (each
   entry sorted) and paired in that order with the source's listed shards, one each.
 
+Arrow and Parquet shards may hold their mask as a column of the token file
+(:mod:`streamload.formats._arrow_masks`): the source's ``mask_column`` (required in every
+such file), else with ``"auto"`` a column named ``loss_mask`` or ``labels_mask`` where a file
+has one and no mask file lies beside it (both is refused: say which with ``mask_column`` or
+``label_masks``). The column is chosen from the column types describing recorded, so it
+costs no read either; its shard's :attr:`~streamload.formats.base.ShardInfo.loss_mask` is
+the token file itself and ``meta["mask_column"]`` the column.
+
 Masks are attached at every start-up, after the shards are described (or taken from the
 catalog cache): the folder listings are those the description made, so ``"auto"`` costs no
 request, and a named mask costs one listing per entry. A mask must hold one byte per token of
@@ -28,10 +36,14 @@ from streamload.catalog.listing import Siblings, list_entries, source_url
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, FormatError
+from streamload.formats._arrow_masks import pick_mask_column
 from streamload.formats.base import ListedFile, ShardInfo
 from streamload.formats.mask_names import mask_conventions
 
 __all__ = ["attach_masks"]
+
+_TABLE_FORMATS = ("arrow", "parquet")
+"""Formats whose shards may hold their loss mask as a column (``mask_column``)."""
 
 
 def attach_masks(
@@ -59,9 +71,34 @@ def attach_masks(
         return shards
     if source.mask_paths:
         masks = _named(fs, source, storage, [path for path, _ in listed])
-    else:
-        masks = _beside(fs, listed)
-    return tuple(_with_mask(info, masks.get(info.path)) for info in shards)
+        return tuple(_with_mask(info, masks.get(info.path)) for info in shards)
+    masks = _beside(fs, listed)
+    beside = (_with_mask(info, masks.get(info.path)) for info in shards)
+    return tuple(_with_column_mask(info, source) for info in beside)
+
+
+def _with_column_mask(info: ShardInfo, source: SourceConfig) -> ShardInfo:
+    """``info`` with its mask column, if a table format's shard has one (module docstring).
+
+    Raises:
+        FormatError: the configured column is missing or not a list of flags, or a mask
+            file lies beside a file whose mask column was found by its name.
+    """
+    if info.format not in _TABLE_FORMATS:
+        return info
+    column = pick_mask_column(info.path, info.meta, source.mask_column)
+    if column is None:
+        return info
+    if info.loss_mask is not None:
+        if source.mask_column is None:
+            raise FormatError(
+                f"{info.path}: both its column {column!r} and the file {info.loss_mask} look "
+                f"like its loss mask; name one: mask_column = {column!r}, or label_masks = "
+                f"{info.loss_mask!r}"
+            )
+        info = dataclasses.replace(info, loss_mask=None)  # the configured column wins
+    meta = {**info.meta, "mask_column": column}
+    return dataclasses.replace(info, loss_mask=info.path, meta=meta)
 
 
 def _beside(fs: Any, listed: Sequence[tuple[str, Siblings]]) -> dict[str, ListedFile]:

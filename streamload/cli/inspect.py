@@ -2,7 +2,8 @@
 
 JSON keys (public contract): ``format``, ``dtype``, ``num_documents``, ``num_tokens``,
 ``shards`` (``path``, ``num_documents``, ``num_tokens``, ``loss_mask``: the shard's loss-mask
-file or ``null``, docs/formats.md "Loss masks"). ``format`` is the format's one name
+file or ``null``, ``loss_mask_column``: the column of an Arrow/Parquet token file that is its
+loss mask, else ``null``; docs/formats.md "Loss masks"). ``format`` is the format's one name
 (as ``format =`` in a config takes it). For formats without a document index (``numpy``,
 ``raw``), ``num_documents`` counts the documents ending in ``--eos`` (default: the
 ``eos_token_id`` of ``--config``), streaming the tokens in bounded memory; without an EOS it
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
                 "num_documents": docs,
                 "num_tokens": info.num_tokens,
                 "loss_mask": info.loss_mask,
+                "loss_mask_column": info.meta.get("mask_column") if info.loss_mask else None,
             }
         )
     formats = sorted({s.format for s in catalog.shards})
@@ -141,7 +143,8 @@ def _print_table(report: dict[str, Any], lengths: np.ndarray) -> None:
     width = max(len(s["path"]) for s in report["shards"])
     for s in report["shards"]:
         docs = "-" if s["num_documents"] is None else f"{s['num_documents']:,}"
-        mask = f"  loss mask {s['loss_mask']}" if s["loss_mask"] else ""
+        column = f" column {s['loss_mask_column']!r}" if s["loss_mask_column"] else ""
+        mask = f"  loss mask {s['loss_mask']}{column}" if s["loss_mask"] else ""
         print(f"  {s['path']:<{width}}  {s['num_tokens']:>14,} tokens  {docs:>10} documents{mask}")
     histogram = length_histogram(lengths)
     if histogram:

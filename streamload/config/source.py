@@ -59,6 +59,8 @@ class ShardFormat(str, enum.Enum):
 
 _COLUMN_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.MDS)
 """Formats whose files hold named columns (``[[sources]] column``)."""
+_TABLE_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET)
+"""Formats whose rows may carry a loss-mask and an id column (``mask_column``, ``id_column``)."""
 
 
 class SourcePolicy(str, enum.Enum):
@@ -108,6 +110,12 @@ class SourceConfig:
             order with the source's shards.
         column: The token column of an ``arrow``, ``parquet`` or ``mds`` source (``None``:
             the format's default, ``input_ids`` for Arrow/Parquet).
+        mask_column: An ``arrow`` or ``parquet`` source's loss-mask column (a list of 0/1
+            integers or booleans per row, as long as the row's tokens), required in every
+            file; ``None``: a column named ``loss_mask`` or ``labels_mask`` is used where a
+            file has one (with ``label_masks = "auto"``).
+        id_column: An ``arrow`` or ``parquet`` source's document id column, shown by
+            ``streamload docs`` and ``show`` (``None``: ``id`` where a file has it).
     """
 
     name: str
@@ -125,6 +133,8 @@ class SourceConfig:
     text_field: str = "text"
     label_masks: str | tuple[str, ...] = "auto"
     column: str | None = None
+    mask_column: str | None = None
+    id_column: str | None = None
 
     def __post_init__(self) -> None:
         where = f"source {show(self.name)}"
@@ -160,7 +170,10 @@ class SourceConfig:
         if self.weight is not None:
             check_number(self.weight, f"{where}: weight", 0)
         self._check_label_masks(where)
-        self._check_column(where)
+        self._check_column(where, "column", _COLUMN_FORMATS)
+        self._check_column(where, "mask_column", _TABLE_FORMATS)
+        self._check_column(where, "id_column", _TABLE_FORMATS)
+        self._check_mask_column(where)
 
     def _check_label_masks(self, where: str) -> None:
         masks = self.label_masks
@@ -180,16 +193,36 @@ class SourceConfig:
         if isinstance(masks, list):
             object.__setattr__(self, "label_masks", tuple(masks))
 
-    def _check_column(self, where: str) -> None:
-        if self.column is None:
+    def _check_column(self, where: str, name: str, formats: tuple[ShardFormat, ...]) -> None:
+        """A column name field (``column``, ``mask_column``, ``id_column``): a non-empty
+        string, set only for the ``formats`` whose files hold such columns."""
+        value = getattr(self, name)
+        if value is None:
             return
-        if not isinstance(self.column, str) or not self.column:
-            raise ConfigError(f"{where}: column = {show(self.column)} must be a column name")
-        if self.format not in _COLUMN_FORMATS:
-            names = ", ".join(repr(f.value) for f in _COLUMN_FORMATS)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: {name} = {show(value)} must be a column name")
+        if self.format not in formats:
+            names = ", ".join(repr(f.value) for f in formats)
             raise ConfigError(
-                f"{where}: column = {show(self.column)} only applies to format = {names} "
+                f"{where}: {name} = {show(value)} only applies to format = {names} "
                 f"(this source's format is {self.format.value!r})"
+            )
+
+    def _check_mask_column(self, where: str) -> None:
+        """``mask_column`` reads masks from the token files: not the token column itself,
+        and not beside ``label_masks = "none"`` or named mask files."""
+        if self.mask_column is None:
+            return
+        if self.mask_column == (self.column or "input_ids"):
+            raise ConfigError(
+                f"{where}: mask_column = {show(self.mask_column)} is the token column; name "
+                "the column of 0/1 loss-mask flags"
+            )
+        if self.label_masks != "auto":
+            raise ConfigError(
+                f"{where}: mask_column = {show(self.mask_column)} and label_masks = "
+                f"{show(self.label_masks)} disagree; a source's masks come from its mask "
+                "column or from mask files (remove one of the two)"
             )
 
     def _check_tokenizing(self, where: str) -> None:

@@ -23,16 +23,21 @@ from streamload.errors import FormatError
 
 __all__ = [
     "DEFAULT_COLUMN",
+    "ID_COLUMN",
     "arrow_errors",
     "column_name",
+    "document_id_column",
     "import_pyarrow",
     "list_columns",
+    "list_values",
     "token_dtype",
     "token_lists",
 ]
 
 DEFAULT_COLUMN = "input_ids"
 """The token column when a source names none (what ``datasets`` tokenizing writes)."""
+ID_COLUMN = "id"
+"""The document id column ``docs`` and ``show`` print when a source names none."""
 
 
 def import_pyarrow(path: str) -> Any:
@@ -71,6 +76,23 @@ def arrow_errors(path: str, kind: str) -> Iterator[None]:
 def column_name(column: str | None) -> str:
     """The configured token column, else :data:`DEFAULT_COLUMN`."""
     return column or DEFAULT_COLUMN
+
+
+def document_id_column(schema: Any, id_column: str | None, path: str) -> str | None:
+    """The column whose row values are the documents' ids: ``id_column``, else
+    :data:`ID_COLUMN` when the file has one (``None`` when it has not).
+
+    Raises:
+        FormatError: the file has no column ``id_column`` (the columns that exist are named).
+    """
+    if id_column is None:
+        return ID_COLUMN if ID_COLUMN in schema.names else None
+    if id_column not in schema.names:
+        raise FormatError(
+            f"{path}: no column {id_column!r} to show as the document id; the file has "
+            f"columns {', '.join(schema.names)}"
+        )
+    return id_column
 
 
 def token_dtype(schema: Any, column: str, path: str) -> np.dtype:
@@ -129,18 +151,29 @@ def token_lists(array: Any, column: str, where: str) -> tuple[np.ndarray, np.nda
     Raises:
         FormatError: a null row or a null token (named by the row where known).
     """
+    values, offsets = list_values(array, column, where)
+    return values.to_numpy(zero_copy_only=True), offsets
+
+
+def list_values(array: Any, column: str, where: str, what: str = "token id") -> tuple[Any, Any]:
+    """The values of a list array's rows (a pyarrow array, no copy) and its ``rows + 1``
+    list offsets (numpy, ``offsets[0]`` where the values begin in the array's buffer).
+
+    Raises:
+        FormatError: a null row or a null value (``what``: "token id", "loss-mask flag").
+    """
     if array.null_count:
         row = int(array.is_null().to_numpy(zero_copy_only=False).argmax())
         raise FormatError(
             f"{where}: column {column!r} has {array.null_count} null row(s), the first at "
-            f"row {row}; every row must be a list of token ids (an empty document is [])"
+            f"row {row}; every row must be a list of {what}s (an empty document is [])"
         )
     offsets = array.offsets.to_numpy()
     first, last = int(offsets[0]), int(offsets[-1])
     values = array.values.slice(first, last - first)
     if values.null_count:
         raise FormatError(
-            f"{where}: column {column!r} holds {values.null_count} null token id(s); every "
-            "token must be an integer"
+            f"{where}: column {column!r} holds {values.null_count} null {what}(s); every "
+            f"{what} must be {'an integer' if what == 'token id' else '0 or 1'}"
         )
-    return values.to_numpy(zero_copy_only=True), offsets
+    return values, offsets

@@ -26,6 +26,7 @@ end-of-stream marker (truncated) or with bytes after it, and any file pyarrow ca
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import struct
 from collections.abc import Iterator
@@ -37,10 +38,17 @@ from streamload.errors import FormatError
 from streamload.formats._arrow_columns import (
     arrow_errors,
     column_name,
+    document_id_column,
     import_pyarrow,
     list_columns,
     token_dtype,
     token_lists,
+)
+from streamload.formats._arrow_masks import (
+    check_row_lengths,
+    column_types,
+    mask_flags,
+    mask_lists,
 )
 from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
 from streamload.formats.base import (
@@ -119,6 +127,12 @@ def _batch_column(batch: Any, column: str) -> Any:
 class ArrowShard:
     """An opened Arrow IPC shard: the token values of each record batch, views of the map.
 
+    Described with ``meta["mask_of"]`` (:func:`~streamload.formats.loss_mask.mask_shard`),
+    the shard reads its ``column`` as the loss mask of the token column ``mask_of``: each
+    row's flags are checked against the row's tokens when it opens (offsets only, no
+    flag is read), and each record batch's flags become ``uint8`` on first use
+    (:func:`~streamload.formats._arrow_masks.mask_flags`).
+
     Attributes:
         info: The shard.
         remote_array: ``None`` (the shard is mapped): with one record batch the whole shard is
@@ -132,37 +146,78 @@ class ArrowShard:
         if not isinstance(column, str):
             raise FormatError(f"{info.path}: shard was not described by the arrow format")
         local = check_size_unchanged(info.path, info.size, info.storage, info.version or None)
-        values, offsets = [], []
-        with _batches(None, local, info.size) as (_schema, batches, _kind):
+        self._batches: list[Any] = []
+        self._pieces: list[np.ndarray | None] = []
+        self._raw: list[Any] = []  # a mask's flags as stored, converted on first use
+        offsets = []
+        with _batches(None, local, info.size) as (self._schema, batches, _kind):
             for number, batch in enumerate(batches):
-                where = f"{info.path}: record batch {number}"
-                tokens, bounds = token_lists(_batch_column(batch, column), column, where)
-                values.append(tokens)
-                offsets.append(bounds)
-        self._values, self._offsets = values, offsets
-        self._starts = piece_starts([v.shape[0] for v in values])
+                offsets.append(self._read_batch(batch, column, number))
+                self._batches.append(batch)
+        self._offsets = offsets
+        self._starts = piece_starts([int(o[-1]) - int(o[0]) for o in offsets])
         self._starts_list: list[int] = self._starts.tolist()
+        self._rows: list[int] = piece_starts([b.num_rows for b in self._batches]).tolist()
         if self._starts_list[-1] != info.num_tokens:
             raise FormatError(
                 f"{info.path}: column {column!r} now holds {self._starts_list[-1]} tokens but "
                 f"held {info.num_tokens} at start-up; the file changed"
             )
         self._bounds: np.ndarray | None = None
-        if len(values) == 1:
+        if len(offsets) == 1:
             self.remote_array = None
 
+    def _read_batch(self, batch: Any, column: str, number: int) -> np.ndarray:
+        """Keep record batch ``number``'s values of ``column`` (tokens, or a mask's flags
+        checked row by row against the tokens); returns its list offsets."""
+        where = f"{self.info.path}: record batch {number}"
+        mask_of = self.info.meta.get("mask_of")
+        if not isinstance(mask_of, str):
+            tokens, bounds = token_lists(_batch_column(batch, column), column, where)
+            self._pieces.append(tokens)
+            return bounds
+        flags, bounds = mask_lists(_batch_column(batch, column), column, where)
+        _, token_bounds = token_lists(_batch_column(batch, mask_of), mask_of, where)
+        first_row = sum(b.num_rows for b in self._batches)
+        check_row_lengths(token_bounds, bounds, self.info.path, first_row, (mask_of, column))
+        self._pieces.append(None)
+        self._raw.append(flags)
+        return bounds
+
+    def _piece(self, index: int) -> np.ndarray:
+        """Record batch ``index``'s values (a mask's converted once; a race converts twice,
+        harmlessly)."""
+        piece = self._pieces[index]
+        if piece is None:
+            piece = self._pieces[index] = mask_flags(self._raw[index])
+        return piece
+
     def tokens(self, start: int, stop: int) -> np.ndarray:
-        if len(self._values) == 1:
-            return self._values[0][start:stop]
-        return take_tokens(
-            self._starts_list, self._values.__getitem__, start, stop, self._values[0].dtype
-        )
+        if len(self._pieces) == 1:
+            return self._piece(0)[start:stop]
+        return take_tokens(self._starts_list, self._piece, start, stop, np.dtype(self.info.dtype))
 
     def document_bounds(self) -> np.ndarray:
         """Token offsets of the rows (int64, rows + 1; empty rows repeat a value)."""
         if self._bounds is None:
             self._bounds = pieces_bounds(self._offsets, self._starts)
         return self._bounds
+
+    def document_metadata(self, i: int, id_column: str | None = None) -> dict[str, Any]:
+        """``{"id": ...}`` of document (row) ``i``: its ``id_column`` value, by default
+        ``id`` (``{}`` when the file has no such column and none was named); reads that one
+        value of the map.
+
+        Raises:
+            FormatError: a named ``id_column`` that the file does not have.
+        """
+        column = document_id_column(self._schema, id_column, self.info.path)
+        if column is None:
+            return {}
+        if not 0 <= i < self._rows[-1]:
+            raise IndexError(f"document {i} out of range [0, {self._rows[-1]})")
+        batch = bisect.bisect_right(self._rows, i) - 1
+        return {"id": _batch_column(self._batches[batch], column)[i - self._rows[batch]].as_py()}
 
 
 class ArrowFormat:
@@ -177,6 +232,14 @@ class ArrowFormat:
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
         column = column_name(options.column)
         tokens = rows = count = 0
+        # A remote file is read whole here (through fs). Its facts (rows, tokens and nulls of
+        # every record batch) are in each message's FieldNodes, which a reader could take
+        # from the metadata alone by range, but pyarrow parses no message without its body
+        # (ipc.read_message, MessageReader, open_stream and open_file's get_batch all read
+        # the body; only an IPC *file*'s footer is read alone, and it holds no counts), so
+        # that would need a flatbuffer parser of our own. datasets writes streams of
+        # <= 500 MB; a remote source's files are then read once per listed version (the
+        # catalog cache) and once more into the disk cache when opened.
         with _batches(fs, file.path, file.size) as (schema, batches, kind):
             dtype = token_dtype(schema, column, file.path)
             for count, batch in enumerate(batches, 1):
@@ -185,11 +248,13 @@ class ArrowFormat:
                 tokens += int(offsets[-1]) - int(offsets[0])
                 rows += batch.num_rows
             others = list_columns(schema, column)
+            types = column_types(schema)
         what = f"column {column!r} holds {dtype.name} tokens"
         check_configured_dtype(options.dtype, dtype, file.path, what)
         meta = {"column": column, "ipc": kind, "documents": rows, "batches": count}
         if others:
             meta["list_columns"] = others
+        meta["column_types"] = types
         return ShardInfo(
             file.path, file.relpath, file.size, self.name, dtype.str, 0, tokens, None, meta
         )

@@ -13,6 +13,9 @@ A shard's mask is read exactly as its tokens are: :func:`mask_shard` describes i
 :class:`~streamload.streams.shard_set.ShardSet` of masks maps it locally, reads it by byte range
 remotely, prefetches and stitches windows across shards with the very code that reads tokens.
 A shard without a mask file in a source where others have one reads as all ones (trained).
+An Arrow or Parquet shard's mask may instead be a column of its own file (``loss_mask``,
+``labels_mask`` or ``[[sources]] mask_column``: :mod:`streamload.formats._arrow_masks`); its
+mask shard is then the token file read through that column, by the token file's format.
 
 This module is openable through the registry (``open_shard``) but never sniffed or listed: a
 mask is not a token file.
@@ -21,6 +24,7 @@ mask is not a token file.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import posixpath
 from typing import Any, BinaryIO
@@ -31,7 +35,14 @@ from streamload.errors import FormatError
 from streamload.formats.base import ListedFile, MemmapShard, ReadOptions, ShardInfo
 from streamload.util.files import atomic_output
 
-__all__ = ["FORMAT", "AllTrained", "LossMaskFormat", "LossMaskWriter", "mask_shard"]
+__all__ = [
+    "FORMAT",
+    "AllTrained",
+    "LossMaskFormat",
+    "LossMaskWriter",
+    "is_mask_column",
+    "mask_shard",
+]
 
 MASK_DTYPE = np.dtype("u1")
 """One byte per token."""
@@ -40,7 +51,13 @@ MASK_DTYPE = np.dtype("u1")
 def mask_shard(info: ShardInfo) -> ShardInfo:
     """Token shard ``info``'s loss mask as a shard of ``uint8`` values, read like tokens:
     the same token count and storage, the mask file's listed version (an all-trained shard,
-    path ``""``, when ``info`` has no mask)."""
+    path ``""``, when ``info`` has no mask). A mask column of the token file itself
+    (``meta["mask_column"]``: Arrow, Parquet) is that file described again with the mask
+    column as its column and ``mask_of`` the token column, opened by the token file's
+    format."""
+    if is_mask_column(info):
+        meta = {**info.meta, "column": info.meta["mask_column"], "mask_of": info.meta["column"]}
+        return dataclasses.replace(info, dtype=MASK_DTYPE.str, meta=meta, loss_mask=None)
     path = info.loss_mask or ""
     version = info.companions.get(posixpath.basename(path), "") if path else ""
     return ShardInfo(
@@ -55,6 +72,11 @@ def mask_shard(info: ShardInfo) -> ShardInfo:
         storage=info.storage,
         companions=info.companions,
     )
+
+
+def is_mask_column(info: ShardInfo) -> bool:
+    """Whether shard ``info``'s loss mask is a column of its own token file."""
+    return info.loss_mask is not None and info.meta.get("mask_column") is not None
 
 
 class AllTrained:

@@ -28,6 +28,7 @@ whose tokens disagree with its footer, and any file pyarrow cannot parse (trunca
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import re
@@ -41,10 +42,17 @@ from streamload.formats._arrow_columns import (
     DEFAULT_COLUMN,
     arrow_errors,
     column_name,
+    document_id_column,
     import_pyarrow,
     list_columns,
     token_dtype,
     token_lists,
+)
+from streamload.formats._arrow_masks import (
+    check_row_lengths,
+    column_types,
+    mask_flags,
+    mask_lists,
 )
 from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
 from streamload.formats._arrow_row_groups import Decoded, row_groups
@@ -142,7 +150,13 @@ def _open_parquet(source: Any, path: str) -> Any:
 
 
 class ParquetShard:
-    """An opened Parquet shard: row groups decoded on first use, cached (module docstring)."""
+    """An opened Parquet shard: row groups decoded on first use, cached (module docstring).
+
+    Described with ``meta["mask_of"]`` (:func:`~streamload.formats.loss_mask.mask_shard`),
+    the shard reads its ``column`` as the loss mask of the token column ``mask_of``: a row
+    group's flags are decoded as ``uint8`` and checked row by row against the row group's
+    tokens (taken from the same cache the token shard fills).
+    """
 
     def __init__(self, info: ShardInfo) -> None:
         self.info = info
@@ -150,6 +164,8 @@ class ParquetShard:
         if not isinstance(column, str):
             raise FormatError(f"{info.path}: shard was not described by the parquet format")
         self._column = column
+        mask_of = info.meta.get("mask_of")
+        self._mask_of = mask_of if isinstance(mask_of, str) else None
         self._lock = threading.Lock()  # one decode at a time per file (a remote file object)
         if info.is_remote:
             source: Any = open_token_file(info)
@@ -158,8 +174,9 @@ class ParquetShard:
         self._file = _open_parquet(source, info.path)
         counts = info.meta.get("row_group_tokens")
         if not isinstance(counts, list):  # described by an older streamload (catalog cache)
-            counts, _ = row_group_tokens(self._file, column, info.path)
-        groups = self._file.metadata.num_row_groups
+            counts, _ = row_group_tokens(self._file, self._mask_of or column, info.path)
+        metadata = self._file.metadata
+        groups = metadata.num_row_groups
         if len(counts) != groups or sum(counts) != info.num_tokens:
             raise FormatError(
                 f"{info.path}: {groups} row groups now but {len(counts)} row groups of "
@@ -167,23 +184,45 @@ class ParquetShard:
             )
         self._starts = piece_starts(counts)
         self._starts_list: list[int] = self._starts.tolist()
+        rows = [metadata.row_group(g).num_rows for g in range(groups)]
+        self._rows: list[int] = piece_starts(rows).tolist()
         self._dtype = np.dtype(info.dtype)
         self._bounds: np.ndarray | None = None
+        self._ids: tuple[str, int, Any] | None = None  # the last row group's id column read
 
-    def _row_group(self, group: int) -> Decoded:
-        key = (self.info.path, self.info.size, self.info.version, self._column, group)
-        return row_groups.get(key, lambda: self._decode(group))
+    def _row_group(self, group: int, column: str | None = None) -> Decoded:
+        """Row group ``group`` of ``column`` (default: this shard's; a mask shard also reads
+        its token column's), decoded once into the process's cache."""
+        name = column or self._column
+        key = (self.info.path, self.info.size, self.info.version, name, group)
+        return row_groups.get(key, lambda: self._decode(group, name))
 
-    def _decode(self, group: int) -> Decoded:
+    def _decode(self, group: int, column: str) -> Decoded:
+        """Row group ``group`` of ``column``, checked against the token counts of start-up;
+        a mask's flags row by row against the tokens."""
+        if column == self._column and self._mask_of is not None:
+            return self._decode_mask(group, self._mask_of)
         with self._lock:
-            values, offsets = _decode(self._file, group, self._column, self.info.path)
+            values, offsets = _decode(self._file, group, column, self.info.path)
         expected = self._starts_list[group + 1] - self._starts_list[group]
         if values.shape[0] != expected:
             raise FormatError(
                 f"{self.info.path}: row group {group} holds {values.shape[0]} tokens in column "
-                f"{self._column!r} but held {expected} at start-up; the file changed or is corrupt"
+                f"{column!r} but held {expected} at start-up; the file changed or is corrupt"
             )
         return values, offsets
+
+    def _decode_mask(self, group: int, mask_of: str) -> Decoded:
+        """Row group ``group``'s mask flags (``uint8``), each row as long as its tokens."""
+        where = f"{self.info.path}: row group {group}"
+        with self._lock, _errors(self.info.path):
+            table = self._file.read_row_group(group, columns=[self._column], use_threads=False)
+            array = table.column(0).combine_chunks()
+        flags, offsets = mask_lists(array, self._column, where)
+        _, token_offsets = self._row_group(group, mask_of)
+        columns = (mask_of, self._column)
+        check_row_lengths(token_offsets, offsets, self.info.path, self._rows[group], columns)
+        return mask_flags(flags), offsets.astype(np.int64) - int(offsets[0])
 
     def tokens(self, start: int, stop: int) -> np.ndarray:
         return take_tokens(
@@ -197,6 +236,26 @@ class ParquetShard:
             offsets = [self._row_group(g)[1] for g in range(groups)]
             self._bounds = pieces_bounds(offsets, self._starts)
         return self._bounds
+
+    def document_metadata(self, i: int, id_column: str | None = None) -> dict[str, Any]:
+        """``{"id": ...}`` of document (row) ``i``: its ``id_column`` value, by default
+        ``id`` (``{}`` when the file has no such column and none was named). Decodes that
+        column of the row's row group only (the last one read is kept).
+
+        Raises:
+            FormatError: a named ``id_column`` that the file does not have.
+        """
+        column = document_id_column(self._file.schema_arrow, id_column, self.info.path)
+        if column is None:
+            return {}
+        if not 0 <= i < self._rows[-1]:
+            raise IndexError(f"document {i} out of range [0, {self._rows[-1]})")
+        group = bisect.bisect_right(self._rows, i) - 1
+        if self._ids is None or self._ids[:2] != (column, group):
+            with self._lock, _errors(self.info.path):
+                table = self._file.read_row_group(group, columns=[column], use_threads=False)
+            self._ids = (column, group, table.column(0))
+        return {"id": self._ids[2][i - self._rows[group]].as_py()}
 
 
 class ParquetFormat:
@@ -220,6 +279,7 @@ class ParquetFormat:
             counts, decoded = row_group_tokens(pf, column, file.path)
             metadata = pf.metadata
             others = list_columns(pf.schema_arrow, column)
+            types = column_types(pf.schema_arrow)
         meta: dict[str, Any] = {
             "column": column,
             "documents": metadata.num_rows,
@@ -230,6 +290,7 @@ class ParquetFormat:
         }
         if others:
             meta["list_columns"] = others
+        meta["column_types"] = types
         tokens = sum(counts)
         return ShardInfo(
             file.path, file.relpath, file.size, self.name, dtype.str, 0, tokens, None, meta

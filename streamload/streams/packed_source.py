@@ -20,12 +20,12 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
-from streamload.formats.documents import document_bounds
-from streamload.formats.registry import get_format
+from streamload.formats.base import TokenShard
 from streamload.plan.passes import PassPlan
 from streamload.streams.concat_source import ConcatSource
 from streamload.streams.packed_plan import load_plan
 from streamload.streams.shard_set import ShardSet
+from streamload.streams.source_documents import source_document_bounds
 from streamload.streams.source_split import source_split
 
 __all__ = ["PackedSource", "RowBlock"]
@@ -123,21 +123,7 @@ class PackedSource(ConcatSource):
     def _document_bounds(self) -> np.ndarray:
         """Stream offsets of every document of the source, shard by shard (int64 ``[d + 1]``);
         with a split, those of the split's documents only."""
-        eos = self.config.eos_token_id
-        if eos is None and not all(get_format(s.format).has_documents for s in self.catalog.shards):
-            raise ConfigError(
-                f"source {self.name!r}: {self.config.sampling.mode.value} mode needs documents; "
-                "its format records none, so set eos_token_id"
-            )
-        parts = [np.zeros(1, dtype=np.int64)]
-        for index in range(len(self.catalog.shards)):
-            bounds = np.asarray(document_bounds(self.shards.shard(index), eos), dtype=np.int64)
-            parts.append(bounds[1:] + self.shards.offsets[index])
-        bounds = np.concatenate(parts)
-        if self._span is None:
-            return bounds
-        lo, hi = self._span  # both are document starts: the split's documents, whole
-        return bounds[np.searchsorted(bounds, lo, "left") : np.searchsorted(bounds, hi, "right")]
+        return source_document_bounds(self.config, self.catalog, self.shards, self._span)
 
     @property
     def _span(self) -> tuple[int, int] | None:
@@ -277,12 +263,11 @@ class PackedSource(ConcatSource):
             strict=True,
         )
         present = np.unique(sids).tolist()
-        # each shard's values as one mapped array, and each output as a flat view (row-major
-        # destination offsets): a slice per item, no call
-        whole = [
-            {sid: shards.shard(sid).tokens(0, shards.shards[sid].num_tokens) for sid in present}
-            for shards, _ in pairs
-        ]
+        # each shard's values as one mapped array (a slice per item, no call), or for a shard
+        # held in pieces (Arrow record batches, Parquet row groups) its reader, sliced per item
+        # (one call each): slicing one array out of it would copy or decode the whole shard
+        # for every chunk; and each output as a flat view (row-major destination offsets)
+        whole = [{sid: _sliceable(shards.shard(sid)) for sid in present} for shards, _ in pairs]
         flat = [out.reshape(-1) for _, out in pairs]
         if len(pairs) == 1:
             (source,), (target,) = whole, flat
@@ -307,3 +292,22 @@ class PackedSource(ConcatSource):
         item = np.flatnonzero((rows == row) & (positions <= col))[-1]  # rows ascend
         offset = int(self.plan.starts[items[item]]) + col - int(positions[item])
         self.refuse_token(offset, int(out[row, col]))
+
+
+class _ShardSlices:
+    """A shard that is not one array (record batches, row groups), sliced like one: ``[a:b]``
+    is ``shard.tokens(a, b)``, a view of one piece or a copy of the few pieces it spans."""
+
+    def __init__(self, shard: TokenShard) -> None:
+        self._shard = shard
+
+    def __getitem__(self, span: slice) -> np.ndarray:
+        return self._shard.tokens(span.start, span.stop)
+
+
+def _sliceable(shard: TokenShard) -> np.ndarray | _ShardSlices:
+    """A shard's values sliceable per item: the mapped array of a shard that is one
+    (``remote_array`` is ``None``: a memory map, one record batch), else :class:`_ShardSlices`."""
+    if getattr(shard, "remote_array", True) is None:
+        return shard.tokens(0, shard.info.num_tokens)
+    return _ShardSlices(shard)

@@ -8,7 +8,9 @@ items (:class:`~streamload.streams.packed_source.PackedSource`'s plan), Megatron
 traced (their pieces come from megatron-core's document index). From the stream offset come
 the shard and the offset inside it (``ShardSet.locate``), the document number from the
 shard's index, and the format's per-document metadata where it has some (Dolma's CSV ``id``,
-``src``, ``loc``); datatrove records only a tokenizer name per shard (``.ds.metadata``).
+``src``, ``loc``; an Arrow or Parquet row's ``id`` column, or the source's ``id_column``:
+:func:`~streamload.tools.documents.document_metadata`); datatrove records only a tokenizer
+name per shard (``.ds.metadata``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from streamload.ops.masks import starts_from_eos
 from streamload.streams.concat_source import ConcatSource
 from streamload.streams.interface import SampleStream
 from streamload.streams.packed_source import PackedSource
+from streamload.tools.documents import document_metadata
 from streamload.tools.show import StepBatch
 
 __all__ = ["DocumentTracer", "documents_origin", "row_segments"]
@@ -125,9 +128,8 @@ class DocumentTracer:
             doc = int(np.searchsorted(bounds, local, side="right")) - 1
             out.update(document=doc, document_start=int(bounds[doc]))
             out["continued"] = bool(bounds[doc] < local)
-            metadata = getattr(shard, "document_metadata", None)
-            if callable(metadata):
-                out["metadata"] = metadata(doc)
+            id_column = source.catalog.config.id_column
+            out["metadata"] = document_metadata(shard, doc, id_column)
         elif self.eos is not None:
             out["continued"] = offset > 0 and self._token(source.shards, offset - 1) != self.eos
         return out

@@ -4,15 +4,21 @@ Three sources of truth, in order: the format's document index (Megatron ``docume
 Dolma CSV, datatrove ``.ds.index``, Modalities pickle), else an EOS token (a document ends
 after each EOS; a trailing partial document counts), else the whole shard is one document.
 Token data is streamed in blocks, so memory stays bounded on any shard size.
+
+Per-document metadata (:func:`document_metadata`) is what a format records beside its
+documents: Dolma's CSV ``id``/``src``/``loc``, an Arrow or Parquet file's ``id`` column (or
+the column a source names), read only for the documents asked for.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from streamload.errors import ConfigError
 from streamload.formats.base import TokenShard
 from streamload.formats.documents import BLOCK_TOKENS, document_bounds
 
@@ -21,6 +27,7 @@ __all__ = [
     "TokenStats",
     "count_documents",
     "document_bounds",
+    "document_metadata",
     "iter_documents",
     "scan_tokens",
 ]
@@ -48,6 +55,33 @@ def iter_documents(shard: TokenShard, bounds: np.ndarray, start: int = 0) -> Ite
     """Yield documents ``start, start+1, …`` of a shard as zero-copy token arrays."""
     for i in range(start, len(bounds) - 1):
         yield shard.tokens(int(bounds[i]), int(bounds[i + 1]))
+
+
+_ID_COLUMN_FORMATS = ("arrow", "parquet")
+"""Formats whose documents' id column may be named (``id_column``)."""
+
+
+def document_metadata(
+    shard: TokenShard, index: int, id_column: str | None = None
+) -> dict[str, Any] | None:
+    """The fields the format records for document ``index`` of ``shard`` (``None`` when it
+    records none): Dolma's ``{"id", "src", "loc"}``, Arrow/Parquet ``{"id"}`` from the
+    ``id_column`` (default ``id``; ``{}`` without one).
+
+    Raises:
+        ConfigError: ``id_column`` named for a format without id columns.
+        FormatError: the file has no column ``id_column``.
+    """
+    read = getattr(shard, "document_metadata", None)
+    if id_column is not None and shard.info.format not in _ID_COLUMN_FORMATS:
+        raise ConfigError(
+            f"{shard.info.path}: id_column = {id_column!r} applies to Arrow and Parquet "
+            f"files; this one is {shard.info.format}"
+        )
+    if not callable(read):
+        return None
+    fields: dict[str, Any] = read(index) if id_column is None else read(index, id_column)
+    return fields
 
 
 @dataclass

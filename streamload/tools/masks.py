@@ -25,7 +25,7 @@ import numpy as np
 
 from streamload.errors import ConfigError
 from streamload.formats.base import DocumentWriter, ShardInfo, TokenShard
-from streamload.formats.loss_mask import LossMaskWriter, mask_shard
+from streamload.formats.loss_mask import LossMaskWriter, is_mask_column, mask_shard
 from streamload.formats.mask_names import mask_path_for
 from streamload.formats.registry import open_shard
 from streamload.tools.documents import BLOCK_TOKENS
@@ -110,12 +110,16 @@ class MaskedWriter:
 
 def check_mask(info: ShardInfo) -> list[str]:
     """Problems of shard ``info``'s loss mask file: its size against the token count (one
-    byte per token) and bytes other than 0 and 1; empty when sound or without a mask."""
+    byte per token) and bytes other than 0 and 1 (of a mask column: values other than 0
+    and 1; rows of other lengths than their tokens raise FormatError); empty when sound or
+    without a mask."""
     path = info.loss_mask
     if path is None:
         return []
+    if is_mask_column(info):  # its rows' lengths are checked as it is read, below
+        path = f"{path} column {info.meta['mask_column']!r}"
     try:
-        size = os.path.getsize(path) if "://" not in path else None
+        size = os.path.getsize(path) if "://" not in path and path == info.loss_mask else None
     except OSError as exc:
         return [f"loss mask {path}: cannot read it: {exc.strerror}"]
     if size is not None and size != info.num_tokens:
