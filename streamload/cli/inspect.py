@@ -165,7 +165,8 @@ def _plot(lengths: np.ndarray, path: str) -> None:
         print("--plot needs matplotlib: pip install 'streamload[plot]'")
         return
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.hist(np.maximum(lengths, 1), bins=np.logspace(0, np.log10(max(2, lengths.max())), 50))
+    edges = np.logspace(0, np.log10(max(2, lengths.max())), 50).tolist()
+    ax.hist(np.maximum(lengths, 1), bins=edges)
     ax.set_xscale("log")
     ax.set_xlabel("document length (tokens)")
     ax.set_ylabel("documents")

@@ -67,7 +67,13 @@ def test_inspect_json_keys(tmp_path: Path, capsys) -> None:
     assert set(report) == {"format", "dtype", "num_documents", "num_tokens", "shards"}
     assert (report["format"], report["dtype"], report["num_documents"]) == ("dolma", "uint16", 3)
     assert report["num_tokens"] == 16
-    assert set(report["shards"][0]) == {"path", "num_documents", "num_tokens", "loss_mask"}
+    assert set(report["shards"][0]) == {
+        "path",
+        "num_documents",
+        "num_tokens",
+        "loss_mask",
+        "loss_mask_column",
+    }
     assert report["shards"][0]["loss_mask"] is None
 
 
