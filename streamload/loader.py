@@ -24,9 +24,11 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode, PinMemory
 
-from streamload.config import DataConfig, load_config
+from streamload.config import DataConfig, SamplingMode, load_config
 from streamload.config.loader_args import LoaderOptions, WorkerType, check_loader_args
+from streamload.config.vsl import vsl_batch_size
 from streamload.distributed import ModelParallel, resolve_data_parallel
+from streamload.errors import ConfigError
 from streamload.nodes.map_stage import MapStage
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.materialize import Materialize, count_delivered_skips
@@ -304,15 +306,20 @@ class StreamLoader:
             size = 5 * b * (length + 1) + 17 * b
         if self.stream.config.packing.masks:
             size += 16 * b * length + 4 * b * (length + 1) + 4 * b
+        sampling = self.stream.config.sampling
+        if sampling.mode is SamplingMode.VSL:  # up to max/min rows per slot; position_ids
+            rows = b * length // int(sampling.min_seq_len or 1)
+            size += 17 * rows + 8 * b * length + 4 * rows
         return size + 64 * 8  # alignment of up to 8 tensors
 
     def _chunk_bytes(self) -> int:
         return self._chunk_batches() * self._batch_bytes() + 64 * 8
 
     def _chunk_batches(self) -> int:
+        most = getattr(self.stream, "max_chunk_batches", MAX_CHUNK_BATCHES)  # vsl: one step
         if self.options.chunk_batches is not None:
-            return self.options.chunk_batches
-        return max(1, min(MAX_CHUNK_BATCHES, CHUNK_BYTES // self._batch_bytes()))
+            return min(most, self.options.chunk_batches)
+        return max(1, min(most, CHUNK_BYTES // self._batch_bytes()))
 
     def _build_chain(self) -> BaseNode[Batch]:
         plan = PlanChunks(self.stream, self.rank, self._chunk_batches(), self._cursor)
@@ -380,7 +387,7 @@ def _shutdown(node: Any, depth: int = 0) -> None:
 def build_loader(
     config: str | os.PathLike[str] | Mapping[str, Any] | DataConfig,
     *,
-    batch_size: int,
+    batch_size: int | None = None,
     rank: int | None = None,
     world_size: int | None = None,
     num_workers: int = 0,
@@ -402,7 +409,9 @@ def build_loader(
     Args:
         config: TOML/YAML/JSON path, mapping, or DataConfig.
         batch_size: Per-rank batch size b (a global batch holds ``world_size * b`` samples;
-            an optimizer step ``grad_accum_steps`` global batches).
+            an optimizer step ``grad_accum_steps`` global batches). Required, except in
+            ``vsl`` mode, where it counts slots of ``max_seq_len`` inputs per rank,
+            ``tokens_per_batch / (max_seq_len x world_size)``, and may be left out.
         rank: DP rank (default: from ``mesh``, ``model_parallel`` or ``torch.distributed``,
             else 0).
         world_size: DP size (default: likewise, else 1).
@@ -422,8 +431,18 @@ def build_loader(
         ConfigError: invalid config or arguments.
         FormatError: a shard is corrupt or unreadable as configured.
     """
-    cfg = evaluation_config(load_config(config), split, shuffle)
+    cfg = load_config(config)
+    if split is not None and cfg.sampling.mode is SamplingMode.VSL:
+        raise ConfigError(
+            f"build_loader(split={split!r}) in vsl mode: an evaluation pass has no curriculum; "
+            "evaluate the same split with mode = 'packed' or 'concat' (docs/sampling.md)"
+        )
+    cfg = evaluation_config(cfg, split, shuffle)
     r, w = resolve_data_parallel(rank, world_size, mesh, model_parallel)
+    if cfg.sampling.mode is SamplingMode.VSL:
+        batch_size = vsl_batch_size(cfg, batch_size, w)
+    elif batch_size is None:
+        raise ConfigError("build_loader: batch_size is required (per-rank samples per batch)")
     opts = check_loader_args(  # before any listing, header read or worker start
         cfg, batch_size=batch_size, rank=r, world_size=w, num_workers=num_workers, options=options
     )

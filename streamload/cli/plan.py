@@ -12,7 +12,9 @@ import numpy as np
 from streamload.config import load_config
 from streamload.errors import ConfigError
 from streamload.streams.interface import SampleStream
+from streamload.streams.vsl import VslStream
 from streamload.tools.report import batch_source_counts, mixture_report, split_report
+from streamload.tools.vsl_report import plot_curriculum, report_lines, vsl_report
 
 __all__ = ["add_parser", "run"]
 
@@ -36,6 +38,8 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the report; returns the exit code."""
     stream = SampleStream.from_config(load_config(args.config))
+    if isinstance(stream, VslStream):
+        return _run_vsl(stream, args)
     packing = {s.name: s.packing_report() for s in stream.sources if hasattr(s, "packing_report")}
     # packed and padded modes: what an epoch of each source holds; a split: where each
     # source's splits lie (any config); the mixture part needs a mixture
@@ -123,3 +127,23 @@ def _plot(stream: SampleStream, steps: int, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     print(f"wrote {path}")
+
+
+def _run_vsl(stream: VslStream, args: argparse.Namespace) -> int:
+    """vsl mode: what one epoch holds per length and per curriculum segment."""
+    report: dict[str, Any] = {"vsl": vsl_report(stream)}
+    splits = split_report(stream)
+    if splits:
+        report["splits"] = splits
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print("\n".join(report_lines(report["vsl"])))
+        for name, info in report.get("splits", {}).items():
+            _print_split(name, info)
+    if args.plot:
+        if plot_curriculum(stream, args.plot):
+            print(f"wrote {args.plot}")
+        else:
+            print("--plot needs matplotlib: pip install 'streamload[plot]'")
+    return 0

@@ -8,6 +8,12 @@ Lets anyone see what a training step contains without GPUs::
 
 With ``sampling.mode = "megatron"`` the rows are megatron-core's ``text`` arrays
 (``seq_len + 1`` tokens, or ``seq_len`` without the extra token; pad -1), see docs/megatron.md.
+
+With ``sampling.mode = "vsl"`` ``--start``/``--count`` are steps, whose rows have each
+step's own length: the output is a ``.npz`` with ``step_K`` (``[rows, L + 1]``) per step and
+``lengths`` (``--rank --world-size`` keep that rank's rows; ``--batch-size`` is implied)::
+
+    streamload samples vsl.toml --start 0 --count 8 --out steps.npz
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ from typing import Any
 import numpy as np
 
 from streamload.config import load_config
+from streamload.config.vsl import vsl_batch_size
 from streamload.errors import ConfigError
 from streamload.plan.partition import num_batches
 from streamload.streams.interface import SampleStream
+from streamload.streams.vsl import VslStream
+from streamload.tools.vsl_report import save_npz, step_arrays
 
 __all__ = ["add_parser", "rank_positions", "run"]
 
@@ -29,13 +38,15 @@ def add_parser(sub: Any) -> None:
     """Register the subcommand."""
     p = sub.add_parser("samples", help="write global samples [K, K+N) as an int64 .npy array")
     p.add_argument("config", help="TOML/YAML/JSON data config")
-    p.add_argument("--start", type=int, required=True, help="first global sample position K")
-    p.add_argument("--count", type=int, required=True, help="number of positions N")
+    p.add_argument(
+        "--start", type=int, required=True, help="first global sample position K (vsl: step)"
+    )
+    p.add_argument("--count", type=int, required=True, help="number of positions N (vsl: steps)")
     p.add_argument("--epoch", type=int, default=0, help="pass (epoch) index; default 0")
     p.add_argument("--rank", type=int, help="keep only the rows this DP rank receives")
     p.add_argument("--world-size", type=int, help="DP world size W (with --rank)")
     p.add_argument("--batch-size", type=int, help="per-rank batch size b (with --rank)")
-    p.add_argument("--out", required=True, help="output .npy path")
+    p.add_argument("--out", required=True, help="output .npy path (vsl mode: .npz)")
     p.set_defaults(run=run)
 
 
@@ -70,6 +81,8 @@ def rank_positions(
 def run(args: argparse.Namespace) -> int:
     """Write the samples; returns the exit code."""
     stream = SampleStream.from_config(load_config(args.config))
+    if isinstance(stream, VslStream):
+        return _run_vsl(stream, args)
     length = stream.pass_length
     if (
         args.start < 0
@@ -89,4 +102,25 @@ def run(args: argparse.Namespace) -> int:
     tokens, _ = stream.read(args.epoch, positions)
     np.save(args.out, tokens.astype(np.int64))
     print(f"wrote {tokens.shape[0]} samples x {tokens.shape[1]} tokens to {args.out}")
+    return 0
+
+
+def _run_vsl(stream: VslStream, args: argparse.Namespace) -> int:
+    """vsl mode: steps ``[start, start + count)``, each its own length, into a ``.npz``."""
+    if (args.rank is None) != (args.world_size is None):
+        raise ConfigError("--rank and --world-size go together")
+    world, rank = args.world_size or 1, args.rank or 0
+    if not 0 <= rank < world:
+        raise ConfigError(f"--rank {rank} must be in [0, {world})")
+    if args.batch_size is not None:
+        vsl_batch_size(stream.config, args.batch_size, world)
+    if not args.out.endswith(".npz"):
+        raise ConfigError(
+            f"--out {args.out!r}: vsl steps have different lengths; name a .npz file "
+            "(one array step_K per step, and lengths)"
+        )
+    arrays = step_arrays(stream, args.epoch, args.start, args.count, world, rank)
+    save_npz(args.out, arrays)
+    lengths = ", ".join(map(str, arrays["lengths"].tolist()))
+    print(f"wrote {args.count} steps (lengths {lengths}) to {args.out}")
     return 0

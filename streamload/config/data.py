@@ -31,6 +31,7 @@ from streamload.config.options import (
 from streamload.config.packed import check_packed_config
 from streamload.config.source import SourceConfig
 from streamload.config.storage import StorageConfig
+from streamload.config.vsl import check_vsl_config
 from streamload.errors import ConfigError, add_note
 
 __all__ = ["DataConfig", "load_config", "read_config_file"]
@@ -130,6 +131,8 @@ class DataConfig:
             return
         if self.sampling.mode.whole_documents:
             check_packed_config(self)
+        if self.sampling.mode is SamplingMode.VSL:
+            check_vsl_config(self)
         if self.is_mixture:
             self._check_mixture(names)
 

@@ -15,6 +15,7 @@ from streamload.config.checks import (
     show,
     to_enum,
 )
+from streamload.config.vsl import VslCurriculum, check_vsl_sampling
 from streamload.errors import ConfigError
 
 __all__ = [
@@ -43,11 +44,20 @@ class SamplingMode(str, enum.Enum):
     tokens, padded with ``pad_token_id``."""
     PADDED = "padded"
     """One document (or piece) per sample, padded with ``pad_token_id``."""
+    VSL = "vsl"
+    """Variable sequence lengths: pieces of documents of power-of-two lengths, one length per
+    global batch, ordered by a curriculum (:mod:`streamload.config.vsl`)."""
 
     @property
     def whole_documents(self) -> bool:
         """``packed`` or ``padded``: samples hold whole documents (items), then padding."""
         return self in (SamplingMode.PACKED, SamplingMode.PADDED)
+
+    @property
+    def plans_documents(self) -> bool:
+        """``packed``, ``padded`` or ``vsl``: a source's documents become a plan cached in
+        ``sampling.cache_dir``."""
+        return self.whole_documents or self is SamplingMode.VSL
 
 
 class LongDocuments(str, enum.Enum):
@@ -121,8 +131,12 @@ class SamplingConfig:
             than the others (``drop_last_partial_validation_sequence``); ``False`` pads it.
         cache_dir: ``megatron`` mode: folder for built indices (also searched for the index
             files megatron-core wrote there, e.g. Megatron-LM's ``--data-cache-path``);
-            ``packed``/``padded`` modes: folder for the packing plans (unset: ``plans/`` in
-            the storage cache folder).
+            ``packed``/``padded``/``vsl`` modes: folder for the packing and piece plans
+            (unset: ``plans/`` in the storage cache folder).
+        min_seq_len, max_seq_len, tokens_per_batch, curriculum, num_cycles: ``vsl`` mode
+            (:mod:`streamload.config.vsl`): the shortest and longest piece (powers of two;
+            ``max_seq_len`` defaults to ``seq_len``), input tokens per global batch, the order
+            of an epoch's batches by length, and its cycles.
     """
 
     mode: SamplingMode = SamplingMode.CONCAT
@@ -136,6 +150,11 @@ class SamplingConfig:
     add_extra_token: bool = True
     drop_last_partial: bool = True
     cache_dir: str | None = None
+    min_seq_len: int | None = None
+    max_seq_len: int | None = None
+    tokens_per_batch: int | None = None
+    curriculum: VslCurriculum = VslCurriculum.NATURAL
+    num_cycles: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", to_enum(SamplingMode, self.mode, "sampling.mode"))
@@ -162,6 +181,7 @@ class SamplingConfig:
                 f"sampling.long_documents = {self.long_documents.value!r} applies only to "
                 f"mode = 'packed' or 'padded', but mode = {self.mode.value!r}"
             )
+        check_vsl_sampling(self)
         if self.mode is SamplingMode.MEGATRON:
             if self.split is None:  # Megatron-LM's default: the Megatron code reads a str
                 object.__setattr__(self, "split", MEGATRON_DEFAULT_SPLIT)
@@ -244,10 +264,10 @@ class SamplingConfig:
             "add_extra_token": (self.add_extra_token, True),
             "drop_last_partial": (self.drop_last_partial, True),
         }
-        if self.cache_dir is not None and not self.mode.whole_documents:
+        if self.cache_dir is not None and not self.mode.plans_documents:
             raise ConfigError(
                 f"sampling.cache_dir = {show(self.cache_dir)} applies only to mode = "
-                f"'megatron', 'packed' or 'padded' (built indices, packing plans), but mode = "
+                f"'megatron', 'packed', 'padded' or 'vsl' (built indices, plans), but mode = "
                 f"{self.mode.value!r}"
             )
         for name, (value, default) in megatron_only.items():

@@ -52,6 +52,8 @@ class MaskPacker:
         token_dtype: With ``compact``, the dtype of ``tokens`` in every batch
             (:func:`streamload.nodes.compact.stream_dtype`); ``None``: each chunk's own
             (:func:`streamload.nodes.compact.compact_dtype`).
+        positions: Add ``position_ids`` (int64 ``[K, b, L]``, ``0 … L − 1`` in every row)
+            without masks (``vsl`` mode: every row is part of one document).
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class MaskPacker:
         compact: bool = False,
         label_mask: bool = True,
         token_dtype: np.dtype[Any] | None = None,
+        positions: bool = False,
     ) -> None:
         self.masks = masks
         self.eos_token_id = eos_token_id
@@ -69,10 +72,14 @@ class MaskPacker:
         self.compact = compact
         self.label_mask = label_mask
         self.token_dtype = token_dtype
+        self.positions = positions
 
     def __call__(self, chunk: TokenChunk) -> dict[str, torch.Tensor]:
         batches, batch_size = chunk.plan.sample_ids.shape
         arrays = self._compact(chunk) if self.compact else self._full(chunk)
+        if self.positions and "position_ids" not in arrays:
+            rows, width = chunk.tokens.shape
+            arrays["position_ids"] = np.tile(np.arange(width - 1, dtype=np.int64), (rows, 1))
         out = {
             key: torch.from_numpy(value.reshape(batches, batch_size, *value.shape[1:]))
             for key, value in arrays.items()

@@ -104,6 +104,7 @@ class CacheKind:
 
 MEGATRON = CacheKind("megatron", "the Megatron indices")
 PACKING = CacheKind("packing", "the packing plan")
+VSL = CacheKind("vsl", "the piece plan")
 
 
 def cache_key(description: Mapping[str, Any]) -> str:

@@ -2,8 +2,8 @@
 
 A *sampling mode* turns described sources into the global sample stream: sample ``g`` of a
 pass is a pure function of ``(data, config, seed, g)`` (docs/design.md §1). Each mode is one
-module of this package (``concat.py``, ``megatron.py``, ``packed.py``; variable-length
-modes plug in the same way) with a class that satisfies :class:`SampleStream` structurally:
+module of this package (``concat.py``, ``megatron.py``, ``packed.py``, ``vsl.py``) with a
+class that satisfies :class:`SampleStream` structurally:
 it does not inherit from it, and the mode modules never import this one, so adding a mode
 means writing its module and one line in :func:`build_stream`.
 
@@ -26,6 +26,7 @@ from streamload.streams.concat import ConcatStream
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.megatron import MegatronStream
 from streamload.streams.packed import PackedStream
+from streamload.streams.vsl import VslStream
 
 if TYPE_CHECKING:
     from streamload.catalog.sources import SourceCatalog
@@ -194,4 +195,6 @@ def build_stream(config: DataConfig) -> SampleStream:
         return MegatronStream.from_config(config)
     if config.sampling.mode.whole_documents:
         return PackedStream.from_config(config)
+    if config.sampling.mode is SamplingMode.VSL:
+        return VslStream.from_config(config)
     return ConcatStream.from_config(config)

@@ -24,10 +24,6 @@ explicit one is an error. One process per folder builds, the others wait and map
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +33,6 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig, SamplingMode
 from streamload.errors import ConfigError
-from streamload.formats.base import ShardInfo
 from streamload.plan.packing import (
     ALGORITHM,
     GROUP_SIZE,
@@ -47,7 +42,8 @@ from streamload.plan.packing import (
     pack_items,
     pad_items,
 )
-from streamload.streams.index_cache import PACKING, load_or_build
+from streamload.streams.index_cache import PACKING
+from streamload.streams.source_plan import files_description, load_source_plan
 
 __all__ = ["LAYOUT", "PackedPlan", "build_plan_arrays", "load_plan", "plan_description"]
 
@@ -151,10 +147,6 @@ def plan_description(
 ) -> dict[str, Any]:
     """Every input of a source's plan (its cache key): the files, seq_len, packing rule and,
     with a split, the split's token range (only then: keys of unsplit plans are unchanged)."""
-    digest = hashlib.sha256()
-    for info in catalog.shards:
-        digest.update((json.dumps(_shard_identity(info)) + "\n").encode())
-    eos_matters = not all(info.index_path for info in catalog.shards)
     return {
         "kind": "packing-plan",
         "layout": LAYOUT,
@@ -163,19 +155,8 @@ def plan_description(
         "mode": config.sampling.mode.value,
         "seq_len": config.seq_len,
         "long_documents": config.sampling.long_documents.value,
-        "eos_token_id": config.eos_token_id if eos_matters else None,
-        "source": catalog.config.name,
-        "shards": len(catalog.shards),
-        "files_sha256": digest.hexdigest(),
+        **files_description(config, catalog),
     } | ({} if span is None else {"split_tokens": [int(span[0]), int(span[1])]})
-
-
-def _shard_identity(info: ShardInfo) -> list[Any]:
-    """What names one shard's content: path, bytes, tokens, dtype, format, and the listed
-    versions of the token file and of the files beside it that share its stem (its index)."""
-    companions = sorted(info.companions.items())
-    return [info.path, info.size, info.num_tokens, info.dtype, info.format, info.version,
-            companions]  # fmt: skip
 
 
 def build_plan_arrays(items: ItemPlan, mode: SamplingMode, seq_len: int) -> dict[str, np.ndarray]:
@@ -211,53 +192,21 @@ def load_plan(
     span: tuple[int, int] | None = None,
 ) -> PackedPlan:
     """The source's plan: mapped from the cache, or built from ``document_bounds()`` (int64
-    stream offsets of its documents: with a split, those inside ``span``) and cached.
+    stream offsets of its documents: with a split, those inside ``span``) and cached
+    (:func:`streamload.streams.source_plan.load_source_plan`).
 
     Raises:
         ConfigError: an explicit ``sampling.cache_dir`` is unusable, or the source holds no
             document.
     """
 
-    data_errors: list[Exception] = []  # errors of the data, not of the cache folder
-    built: list[dict[str, np.ndarray]] = []  # a build the cache could not keep is not redone
-
     def build() -> dict[str, np.ndarray]:
-        try:
-            items = document_items(
-                document_bounds(), config.seq_len, config.sampling.long_documents.value
-            )
-            if items.starts.size == 0:
-                raise ConfigError(f"source {catalog.config.name!r}: no document holds a token")
-            built.append(build_plan_arrays(items, config.sampling.mode, config.seq_len))
-            return built[-1]
-        except Exception as exc:
-            data_errors.append(exc)
-            raise
+        items = document_items(
+            document_bounds(), config.seq_len, config.sampling.long_documents.value
+        )
+        if items.starts.size == 0:
+            raise ConfigError(f"source {catalog.config.name!r}: no document holds a token")
+        return build_plan_arrays(items, config.sampling.mode, config.seq_len)
 
-    unversioned = [info.path for info in catalog.shards if not info.version]
-    if unversioned:  # a same-size replacement could not be told apart: build, keep nothing
-        warnings.warn(
-            f"streamload: the packing plan of source {catalog.config.name!r} is not cached: "
-            f"{unversioned[0]} has no version in its listing (no ETag, generation or "
-            "modification time); it is built at every start-up",
-            stacklevel=4,
-        )
-        return PackedPlan.from_arrays(build(), None)
     description = plan_description(config, catalog, span)
-    folder = config.sampling.cache_dir
-    if folder is not None:
-        return PackedPlan.from_arrays(*load_or_build(folder, description, build, PACKING, False))
-    folder = os.path.join(config.storage.cache_root, "plans")
-    try:
-        arrays, files = load_or_build(folder, description, build, PACKING, False)
-    except ConfigError as exc:
-        if data_errors:
-            raise
-        warnings.warn(
-            f"streamload: the packing plan of source {catalog.config.name!r} is not cached "
-            f"({exc}); it is built at every start-up. Set sampling.cache_dir to a writable "
-            "folder",
-            stacklevel=4,
-        )
-        arrays, files = (built[-1] if built else build()), None
-    return PackedPlan.from_arrays(arrays, files)
+    return PackedPlan.from_arrays(*load_source_plan(config, catalog, description, build, PACKING))

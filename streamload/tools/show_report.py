@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from streamload.config import SamplingMode
 from streamload.errors import ConfigError
 from streamload.formats.encoder import load_tokenizer
 from streamload.ops.masks import IGNORE_INDEX
@@ -90,7 +91,7 @@ def describe_step(
         "step": request.step,
         "pass": request.pass_index,
         "mode": stream.config.sampling.mode.value,
-        "seq_len": stream.seq_len,
+        "seq_len": int(view.chunk.tokens.shape[1]) - 1,  # vsl mode: the step's length
         "masks": stream.config.packing.masks,
         "global_batch_size": view.grad_accum_steps * split.global_batch,
         "grad_accum_steps": view.grad_accum_steps,
@@ -138,7 +139,7 @@ def _sample(
         "source": source.name,
         "source_id": source_id,
         "source_sample": local,
-        "source_epoch": local // source.num_windows,
+        "source_epoch": _source_epoch(stream, view, local, source.num_windows),
         "source_offset": tracer.offset(row, 0),
         "data_tokens": None if lengths is None else int(lengths[row]),
         "skipped": bool(np.isin(row, chunk.skipped_rows)),
@@ -148,6 +149,13 @@ def _sample(
         "documents_from": None if starts is None else documents_origin(stream, source_id),
         "documents": _documents(tracer, row, starts, input_ids, lengths, decoder),
     }
+
+
+def _source_epoch(stream: SampleStream, view: StepBatch, local: int, windows: int) -> int:
+    """The source epoch a row was drawn in (vsl mode: the pass; its ids name pieces)."""
+    if stream.config.sampling.mode is SamplingMode.VSL:
+        return view.request.pass_index
+    return local // windows
 
 
 def _documents(

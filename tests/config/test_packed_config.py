@@ -46,7 +46,7 @@ def refused(cfg: dict[str, Any], match: str) -> None:
 
 
 def test_mode_and_long_document_values() -> None:
-    assert [m.value for m in SamplingMode] == ["concat", "megatron", "packed", "padded"]
+    assert [m.value for m in SamplingMode] == ["concat", "megatron", "packed", "padded", "vsl"]
     assert [m.value for m in LongDocuments] == ["split", "truncate"]
     assert [m for m in SamplingMode if m.whole_documents] == [
         SamplingMode.PACKED,

@@ -1,0 +1,186 @@
+"""Checks of ``sampling.mode = "vsl"``: variable sequence lengths with a length curriculum.
+
+Dataset decomposition (Pouransari et al. 2024, OLMo-core's ``NumpyVSLDataset``): every
+document is cut into pieces whose lengths are powers of two between ``min_seq_len`` and
+``max_seq_len``; every global batch holds ``tokens_per_batch`` input tokens of pieces of one
+length; a curriculum orders the batches of an epoch (docs/sampling.md, "Variable sequence
+lengths"). The ``[sampling]`` keys are checked here, with their relation to the rest of the
+config (:func:`check_vsl_config`).
+
+In this mode a loader's *sample* is a slot of ``max_seq_len`` input tokens: a global batch
+is ``tokens_per_batch / max_seq_len`` slots, whatever its length, so the cursor, the rank
+split and the state count slots and stay exact and elastic (docs/design.md §3.0).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+from streamload.config.checks import check_int, show, to_enum
+from streamload.errors import ConfigError
+
+if TYPE_CHECKING:
+    from streamload.config.data import DataConfig
+
+__all__ = ["VslCurriculum", "check_vsl_config", "check_vsl_sampling", "default_cycles"]
+
+
+class VslCurriculum(str, enum.Enum):
+    """How the batches of one epoch are ordered by length (``sampling.curriculum``)."""
+
+    NATURAL = "natural"
+    """Every batch of the epoch in one keyed shuffle: lengths in their natural shares."""
+    GROW_P2 = "grow_p2"
+    """Short to long: each cycle's sub-cycles favour each length in turn by odds 1, 2, 4, …
+    (OLMo-core's ``VSLGrowP2Curriculum``); one cycle unless ``num_cycles``."""
+    GROW_LINEAR = "grow_linear"
+    """As ``grow_p2`` with odds 1, 2, 3, … (OLMo-core's ``VSLGrowLinearCurriculum``)."""
+    CYCLIC_P2 = "cyclic_p2"
+    """``grow_p2`` repeated ``num_cycles`` times per epoch (default 8, OLMo-core's default)."""
+
+
+_VSL_KEYS = ("min_seq_len", "max_seq_len", "tokens_per_batch", "num_cycles")
+"""``[sampling]`` keys that only ``vsl`` mode reads (``curriculum`` has a default)."""
+
+MAX_BUCKETS = 24
+"""Lengths from ``min_seq_len`` to ``max_seq_len`` may span at most this many powers of two."""
+
+
+def default_cycles(curriculum: VslCurriculum) -> int:
+    """Cycles per epoch when ``num_cycles`` is unset."""
+    return 8 if curriculum is VslCurriculum.CYCLIC_P2 else 1
+
+
+def check_vsl_sampling(sampling: Any) -> None:
+    """Check (and normalize) the ``[sampling]`` keys of vsl mode on a ``SamplingConfig``;
+    outside vsl mode, refuse them when set."""
+    from streamload.config.options import SamplingMode
+
+    object.__setattr__(
+        sampling, "curriculum", to_enum(VslCurriculum, sampling.curriculum, "sampling.curriculum")
+    )
+    if sampling.mode is not SamplingMode.VSL:
+        given = [k for k in _VSL_KEYS if getattr(sampling, k) is not None]
+        if sampling.curriculum is not VslCurriculum.NATURAL:
+            given.append("curriculum")
+        if given:
+            value = getattr(sampling, given[0])
+            raise ConfigError(
+                f"sampling.{given[0]} = {show(getattr(value, 'value', value))} applies only to "
+                f"mode = 'vsl', but mode = {sampling.mode.value!r}"
+            )
+        return
+    for name in ("min_seq_len", "tokens_per_batch"):
+        if getattr(sampling, name) is None:
+            raise ConfigError(f"sampling.{name} is required with mode = 'vsl'")
+    for name in ("min_seq_len", "max_seq_len"):
+        value = getattr(sampling, name)
+        if value is not None:
+            check_int(value, f"sampling.{name}", 1)
+            _check_power_of_two(value, f"sampling.{name}")
+    check_int(sampling.tokens_per_batch, "sampling.tokens_per_batch", 1)
+    if sampling.num_cycles is not None:
+        check_int(sampling.num_cycles, "sampling.num_cycles", 1)
+        if sampling.curriculum is VslCurriculum.NATURAL:
+            raise ConfigError(
+                f"sampling.num_cycles = {sampling.num_cycles} has no meaning with curriculum = "
+                "'natural' (one shuffle of the whole epoch); use grow_p2, grow_linear or cyclic_p2"
+            )
+    _refuse_other_keys(sampling)
+
+
+def _refuse_other_keys(sampling: Any) -> None:
+    """Keys of the other modes that vsl mode cannot honour."""
+    if sampling.num_samples is not None:
+        raise ConfigError(
+            f"sampling.num_samples = {sampling.num_samples} has no meaning with mode = 'vsl': a "
+            "pass is one epoch of the curriculum (its steps follow from the data and "
+            "tokens_per_batch) and the next iter() starts the next epoch; remove it"
+        )
+    if sampling.shuffle_block:
+        raise ConfigError(
+            f"sampling.shuffle_block = {sampling.shuffle_block} has no meaning with mode = 'vsl' "
+            "(pieces are shuffled inside their length's bucket); remove it"
+        )
+    if sampling.cross_shard is not True:
+        raise ConfigError(
+            "sampling.cross_shard = false has no meaning with mode = 'vsl': every piece lies "
+            "inside one document, which never spans two shards; remove it"
+        )
+
+
+def _check_power_of_two(value: int, name: str) -> None:
+    if value & (value - 1):
+        raise ConfigError(f"{name} = {value} must be a power of two (256, 512, …)")
+
+
+def check_vsl_config(config: DataConfig) -> None:
+    """Raise :class:`ConfigError` for a vsl config whose parts disagree; fill
+    ``global_batch_size`` (slots per optimizer step) when it is unset."""
+    sampling = config.sampling
+    top = sampling.max_seq_len if sampling.max_seq_len is not None else config.seq_len
+    if top != config.seq_len:
+        raise ConfigError(
+            f"sampling.max_seq_len = {top} differs from seq_len = {config.seq_len}; in vsl mode "
+            "seq_len is the longest length (set one of them, or both equal)"
+        )
+    _check_power_of_two(top, "seq_len (vsl mode: max_seq_len)")
+    low, tokens = int(sampling.min_seq_len or 0), int(sampling.tokens_per_batch or 0)
+    if low > top:
+        raise ConfigError(f"sampling.min_seq_len = {low} exceeds max_seq_len = {top}")
+    if top.bit_length() - low.bit_length() >= MAX_BUCKETS:
+        raise ConfigError(
+            f"sampling.min_seq_len = {low} to max_seq_len = {top} spans more than "
+            f"{MAX_BUCKETS} powers of two; raise min_seq_len"
+        )
+    if tokens % top:
+        raise ConfigError(
+            f"sampling.tokens_per_batch = {tokens} is not a multiple of max_seq_len = {top}: "
+            "every global batch holds tokens_per_batch / L pieces of its length L"
+        )
+    if len(config.sources) > 1 or config.schedule:
+        raise ConfigError(
+            "mode = 'vsl' reads one source for now (mixtures of vsl sources are planned); "
+            f"the config has {len(config.sources)} sources"
+            + (" and a schedule" if config.schedule else "")
+        )
+    slots = config.grad_accum_steps * (tokens // top)
+    if config.global_batch_size is None:
+        object.__setattr__(config, "global_batch_size", slots)
+    elif config.global_batch_size != slots:
+        raise ConfigError(
+            f"global_batch_size = {config.global_batch_size}, but in vsl mode an optimizer "
+            f"step holds grad_accum_steps x tokens_per_batch / max_seq_len = {slots} slots of "
+            f"{top} tokens; remove global_batch_size"
+        )
+
+
+def vsl_batch_size(config: DataConfig, batch_size: int | None, world_size: int) -> int:
+    """The per-rank batch size of a loader in vsl mode: slots of ``max_seq_len`` inputs per
+    rank and global batch, ``tokens_per_batch / (max_seq_len x world_size)``; ``batch_size``
+    may be omitted (``None``) or must equal it.
+
+    Raises:
+        ConfigError: the global batch's slots do not split over ``world_size`` ranks, or
+            ``batch_size`` is another number.
+    """
+    slots = int(config.sampling.tokens_per_batch) // config.seq_len  # type: ignore[arg-type]
+    where = (
+        f"tokens_per_batch = {config.sampling.tokens_per_batch} is {slots} slots of "
+        f"max_seq_len = {config.seq_len} inputs"
+    )
+    if slots % world_size:
+        raise ConfigError(
+            f"{where}, which do not split evenly over world_size = {world_size} ranks (every "
+            "rank gets the same tokens at every step); make tokens_per_batch a multiple of "
+            f"max_seq_len x world_size = {config.seq_len * world_size}"
+        )
+    if batch_size is not None and batch_size != slots // world_size:
+        raise ConfigError(
+            f"batch_size = {batch_size}, but in vsl mode batch_size counts slots of max_seq_len "
+            f"inputs per rank: {where}, so batch_size = {slots // world_size} at world_size = "
+            f"{world_size} (or leave it out); a step of length L gives each rank "
+            "batch_size x max_seq_len / L rows"
+        )
+    return slots // world_size

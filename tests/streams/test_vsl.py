@@ -1,0 +1,299 @@
+"""vsl mode end to end: every step holds ``tokens_per_batch`` tokens of pieces of one length,
+split evenly over the ranks; every piece's tokens are the data at its document offset; each
+kept pair trained once per epoch; exact, elastic resumption through every entry point.
+
+The expected pieces are computed here from the corpus's EOS-delimited documents, shard by
+shard, by the rule of plan/vsl.py's docstring, independently of the library.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import streamload
+from streamload.errors import ConfigError, StateError
+from streamload.testing import assert_resumes_exactly
+from tests.helpers.corpus_factory import Corpus, write_corpus
+
+TOKENS = 256
+
+
+def vsl_config(corpus: Corpus, **sampling: Any) -> dict[str, Any]:
+    return corpus.config(
+        seq_len=64,
+        sampling={"mode": "vsl", "min_seq_len": 8, "tokens_per_batch": TOKENS, **sampling},
+    )
+
+
+def documents(corpus: Corpus) -> list[tuple[int, np.ndarray]]:
+    """(stream offset, tokens) of each EOS-delimited document, shard by shard."""
+    out, at = [], 0
+    for shard in corpus.tokens:
+        ends = np.flatnonzero(shard == corpus.eos_token_id) + 1
+        bounds = np.unique(np.concatenate([[0], ends, [shard.size]]))
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            out.append((at + a, shard[a:b]))
+        at += shard.size
+    return out
+
+
+def expected_pairs(corpus: Corpus, low: int, top: int) -> Counter[tuple[int, int]]:
+    """Every kept (input, label) stream position pair, by a per-document loop."""
+    pairs: Counter[tuple[int, int]] = Counter()
+    for start, doc in documents(corpus):
+        n = max(doc.size - 1, 0)
+        kept = n - (n % top) % low
+        pairs.update((start + i, start + i + 1) for i in range(kept))
+    return pairs
+
+
+def epoch(cfg: dict[str, Any], world: int = 1, rank: int = 0, **kw: Any) -> list[dict]:
+    return list(streamload.build_loader(cfg, world_size=world, rank=rank, **kw))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
+    return write_corpus(
+        tmp_path_factory.mktemp("vsl"), [6000, 3000, 4500], mean_doc_len=60.0, seed=3
+    )
+
+
+def test_every_step_has_its_tokens_of_one_length(corpus: Corpus) -> None:
+    batches = epoch(vsl_config(corpus))
+    assert batches
+    for batch in batches:
+        rows, length = batch["input_ids"].shape
+        assert rows * length == TOKENS and length in (8, 16, 32, 64)
+        assert torch.equal(batch["position_ids"], torch.arange(length).expand(rows, length))
+        assert (batch["source_ids"] == 0).all()
+    # inputs and labels are one row of L + 1 tokens, shifted; no label is masked
+    for batch in batches[:40]:
+        for inputs, labels in zip(batch["input_ids"], batch["labels"], strict=True):
+            assert torch.equal(inputs[1:], labels[:-1])
+            assert (labels != -100).all()
+
+
+def test_each_kept_pair_is_trained_once_per_epoch(corpus: Corpus) -> None:
+    cfg = vsl_config(corpus, shuffle=False)
+    loader = streamload.build_loader(cfg)
+    stream, source = loader.stream, loader.stream.sources[0]
+    seen: Counter[tuple[int, int]] = Counter()
+    for step in range(len(loader)):
+        for piece in stream.step_rows(0, step).tolist():
+            start = int(source.pieces.starts[piece])
+            length = source.pieces.lengths[int(source.bucket_of(np.array([piece]))[0])]
+            seen.update((start + i, start + i + 1) for i in range(length))
+    expected = expected_pairs(corpus, 8, 64)
+    assert max(seen.values()) == 1 and set(seen) <= set(expected)
+    report = source.report()
+    leftover = report["leftover_tokens"]
+    assert len(expected) - len(seen) == leftover  # all kept pairs but the leftover pieces'
+    assert report["dropped_tokens"] == sum(
+        max(d.size - 1, 0) % 64 % 8 for _, d in documents(corpus)
+    )
+    # the delivered inputs are those pairs' tokens
+    tokens = corpus.stream
+    batches = list(loader)
+    for step in (0, 1, len(batches) - 1):
+        pieces = stream.step_rows(0, step)
+        got = batches[step]["input_ids"]
+        for row, piece in enumerate(pieces.tolist()):
+            start = int(source.pieces.starts[piece])
+            want = tokens[start : start + got.shape[1] + 1].astype(np.int64)
+            assert got[row].tolist() == want[:-1].tolist()
+            assert batches[step]["labels"][row].tolist() == want[1:].tolist()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_split_every_step_evenly(corpus: Corpus, world: int) -> None:
+    cfg = vsl_config(corpus, curriculum="cyclic_p2")
+    whole = epoch(cfg)
+    parts = [epoch(cfg, world, r) for r in range(world)]
+    assert all(len(p) == len(whole) for p in parts)
+    for step, batch in enumerate(whole):
+        shares = [p[step] for p in parts]
+        assert len({s["input_ids"].numel() for s in shares}) == 1
+        joined = torch.cat([s["input_ids"] for s in shares])
+        assert torch.equal(joined, batch["input_ids"])
+        assert torch.equal(torch.cat([s["sample_index"] for s in shares]), batch["sample_index"])
+
+
+def test_pieces_are_used_once_per_epoch_and_reshuffled(corpus: Corpus) -> None:
+    loader = streamload.build_loader(vsl_config(corpus))
+    first = torch.cat([b["sample_index"] for b in loader]).tolist()
+    second = torch.cat([b["sample_index"] for b in loader]).tolist()  # the next epoch
+    assert len(set(first)) == len(first) and sorted(first) != first
+    assert sorted(first) != sorted(second) or first != second
+    assert loader.state_dict()["epoch"] == 1
+
+
+@pytest.mark.parametrize("curriculum", ["natural", "grow_p2"])
+def test_resumes_exactly_on_other_world_sizes_and_workers(corpus: Corpus, curriculum: str) -> None:
+    cfg = vsl_config(corpus, curriculum=curriculum)
+
+    def make(world: int = 1, workers: int = 0, kind: str = "thread") -> Any:
+        def build() -> Any:
+            options = streamload.LoaderOptions(worker_type=kind)
+            return streamload.build_loader(
+                cfg, world_size=world, rank=0, num_workers=workers, options=options
+            )
+
+        return build
+
+    points = [0, 1, 7, 30]
+    assert_resumes_exactly(make(2), save_points=points, make_resumed=make(2, 2), passes=2)
+    # a state saved at world 2 resumes at world 1 and 4 on the same global sample
+    saved = streamload.build_loader(cfg, world_size=2, rank=0)
+    it = iter(saved)
+    for _ in range(5):
+        next(it)
+    state = saved.state_dict()
+    reference = epoch(cfg)[5:]
+    resumed = streamload.build_loader(cfg)
+    resumed.load_state_dict(state)
+    assert [b["input_ids"].tolist() for b in resumed] == [
+        b["input_ids"].tolist() for b in reference
+    ]
+    shares = []
+    for r in range(4):
+        quarter = streamload.build_loader(cfg, world_size=4, rank=r)
+        quarter.load_state_dict(state)
+        shares.append(list(quarter))
+    for step, batch in enumerate(reference):
+        joined = torch.cat([s[step]["input_ids"] for s in shares])
+        assert torch.equal(joined, batch["input_ids"])
+
+
+def test_process_workers_equal_the_zero_worker_run(corpus: Corpus) -> None:
+    cfg = vsl_config(corpus, curriculum="grow_linear", num_cycles=2)
+    want = epoch(cfg)
+    options = streamload.LoaderOptions(worker_type="process")
+    got = epoch(cfg, num_workers=2, options=options)
+    assert len(got) == len(want)
+    for a, b in zip(want, got, strict=True):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_stream_dataset_under_stateful_dataloader(corpus: Corpus) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    cfg = vsl_config(corpus)
+    spec = streamload.RankSpec(0, 2, 2)
+
+    def make() -> Any:
+        stream = streamload.SampleStream.from_config(streamload.load_config(cfg))
+        return StatefulDataLoader(
+            streamload.StreamDataset(stream, spec), batch_size=None, num_workers=2
+        )
+
+    assert_resumes_exactly(make, save_points=[0, 3, 10], echo=False)
+
+
+def test_a_state_of_another_curriculum_is_refused(corpus: Corpus) -> None:
+    loader = streamload.build_loader(vsl_config(corpus))
+    next(iter(loader))
+    other = streamload.build_loader(vsl_config(corpus, curriculum="grow_p2"))
+    with pytest.raises(StateError, match="curriculum"):
+        other.load_state_dict(loader.state_dict())
+
+
+def test_config_and_loader_mistakes_are_named(corpus: Corpus) -> None:
+    cfg = vsl_config(corpus)
+    with pytest.raises(ConfigError, match="batch_size counts slots"):
+        streamload.build_loader(cfg, batch_size=3)
+    with pytest.raises(ConfigError, match="do not split evenly over world_size = 3"):
+        streamload.build_loader(cfg, world_size=3, rank=0)
+    with pytest.raises(ConfigError, match="evaluation pass has no curriculum"):
+        streamload.build_loader(cfg, split="valid")
+    with pytest.raises(ConfigError, match="no length has enough pieces"):
+        streamload.build_loader(vsl_config(corpus, tokens_per_batch=64 * 4096))
+    with pytest.raises(ConfigError, match="differs from seq_len"):
+        streamload.build_loader(vsl_config(corpus, max_seq_len=32))
+    with pytest.raises(ConfigError, match="num_cycles"):
+        streamload.build_loader(vsl_config(corpus, num_cycles=2))
+    with pytest.raises(ConfigError, match="batch_size is required"):
+        streamload.build_loader(corpus.config())
+
+
+def test_the_piece_plan_is_cached_and_mapped(corpus: Corpus, tmp_path: Any) -> None:
+    cfg = vsl_config(corpus, cache_dir=str(tmp_path))
+    first = streamload.build_loader(cfg)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert any("streamload-vsl" in f for f in files)
+    again = streamload.build_loader(cfg)
+    assert again.stream.sources[0]._arrays.files is not None
+    assert [b["input_ids"].tolist() for b in again] == [b["input_ids"].tolist() for b in first]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    sizes=st.lists(st.integers(200, 3000), min_size=1, max_size=3),
+    low_exp=st.integers(2, 4),
+    span=st.integers(0, 3),
+    slots=st.sampled_from([1, 2, 4]),
+    world=st.sampled_from([1, 2]),
+    curriculum=st.sampled_from(["natural", "grow_p2", "cyclic_p2"]),
+    seed=st.integers(0, 1000),
+)
+def test_any_corpus_steps_hold_their_tokens_and_pieces_once(
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    low_exp: int,
+    span: int,
+    slots: int,
+    world: int,
+    curriculum: str,
+    seed: int,
+) -> None:
+    corpus = write_corpus(tmp_path_factory.mktemp("vslh"), sizes, mean_doc_len=40.0, seed=seed)
+    low, top = 1 << low_exp, 1 << (low_exp + span)
+    tokens = slots * top * world
+    cfg = corpus.config(
+        seq_len=top,
+        seed=seed,
+        sampling={
+            "mode": "vsl",
+            "min_seq_len": low,
+            "tokens_per_batch": tokens,
+            "curriculum": curriculum,
+        },
+    )
+    try:
+        loader = streamload.build_loader(cfg, world_size=world, rank=world - 1)
+    except ConfigError as exc:
+        assert "no length has enough pieces" in str(exc) or "no piece" in str(exc)
+        return
+    seen: list[int] = []
+    for batch in loader:
+        assert batch["input_ids"].numel() * world == tokens
+        seen += batch["sample_index"].tolist()
+    assert len(seen) == len(set(seen))
+    assert loader.stats()["sources"]["web"]["tokens"] == len(loader) * tokens
+
+
+def test_loss_masks_from_data_mask_labels(tmp_path: Any) -> None:
+    from tests.streams.test_loss_masks import trained, write_datatrove
+
+    write_datatrove(tmp_path / "dt", 12000)
+    source = {"name": "sft", "path": str(tmp_path / "dt")}
+    cfg = {
+        "seq_len": 32,
+        "eos_token_id": 0,
+        "sources": [source],
+        "sampling": {"mode": "vsl", "min_seq_len": 4, "tokens_per_batch": 128},
+    }
+    plain = epoch({**cfg, "sources": [{**source, "label_masks": "none"}]})
+    masked = epoch(cfg)
+    assert len(plain) == len(masked) and any((b["labels"] == -100).any() for b in masked)
+    for want, got in zip(plain, masked, strict=True):
+        labels = want["labels"].numpy()
+        expected = np.where(trained(labels), labels, -100)
+        assert got["labels"].tolist() == expected.tolist()
+        assert torch.equal(got["input_ids"], want["input_ids"])
