@@ -1,10 +1,11 @@
 """``streamload convert SRC DST --to FORMAT``: rewrite token data in another format.
 
 Documents keep their order and tokens. The whole output appears at once when complete (a
-hidden staging folder, then renames; :mod:`streamload.tools.convert` states the destination
-rules), an existing output is never replaced, and the command prints every path it wrote. A
-progress bar (tqdm, when installed) shows documents and tokens. Loss masks go with the data
-(:mod:`streamload.tools.masks`: ``--drop-masks``, ``--assume-trained``).
+hidden staging folder, then renames; :mod:`streamload.tools.convert_targets` states the
+destination rules and which option belongs to which target), an existing output is never
+replaced, and the command prints every path it wrote. A progress bar (tqdm, when installed)
+shows documents and tokens. Loss masks go with the data (:mod:`streamload.tools.masks`:
+``--drop-masks``, ``--assume-trained``).
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ from typing import Any
 from streamload.cli._common import catalog_from_args
 from streamload.cli._progress import Progress
 from streamload.tools.convert import TARGETS, ConvertStats, convert, open_output, parse_dtype
+from streamload.tools.convert_targets import WriteOptions, parse_size
 
-__all__ = ["add_mask_arguments", "add_parser", "run"]
+__all__ = ["add_mask_arguments", "add_parser", "add_target_arguments", "run", "summary",
+           "write_options"]  # fmt: skip
+
+_FOLDER_UNITS = {"numpy": "NPY shard", "mds": "MDS shard", "litdata": "chunk"}
+"""What a folder output's files are called in the summary (Parquet files are listed)."""
 
 
 def add_parser(sub: Any) -> None:
@@ -26,8 +32,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("src", help="source file, folder, glob or Megatron prefix")
     p.add_argument(
         "dst",
-        help="output: a prefix (megatron), a file ending in .pbin (modalities), .npy (dolma), "
-        ".ds (datatrove) or .parquet (parquet), or a folder (numpy); never replaced if it exists",
+        help="output: a prefix (megatron); a file ending in .pbin (modalities), .npy (dolma), "
+        ".ds (datatrove) or .parquet (parquet); a folder (numpy, mds, litdata, or parquet: "
+        "Hub-sized train-00000-of-0000N.parquet files); never replaced if it exists",
     )
     p.add_argument("--to", required=True, choices=TARGETS, help="output format")
     p.add_argument("--dtype", help="output token dtype (default: the source's)")
@@ -35,8 +42,29 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--source-dtype", default="auto", help="source dtype where it is not stored")
     p.add_argument("--eos", type=int, help="EOS id splitting documents where there is no index")
     p.add_argument("--tokenizer-name", help="tokenizer recorded by formats that store it")
+    add_target_arguments(p)
     add_mask_arguments(p)
     p.set_defaults(run=run)
+
+
+def add_target_arguments(parser: Any) -> None:
+    """The options of one target each (convert and merge)."""
+    parser.add_argument(
+        "--compression",
+        help="mds: compress the shards with zstd ('zstd' or 'zstd:LEVEL'; needs zstandard)",
+    )
+    parser.add_argument(
+        "--size-limit",
+        help="mds: shard size limit in bytes, e.g. 64MiB (default 67108864, MDSWriter's)",
+    )
+    parser.add_argument(
+        "--chunk-bytes",
+        help="litdata: token bytes per chunk, e.g. 64MB (default 64MB, litdata's chunk_bytes)",
+    )
+    parser.add_argument(
+        "--max-file-size",
+        help="parquet folder: data bytes per file, e.g. 500MB (default 500MB, the Hub's)",
+    )
 
 
 def add_mask_arguments(parser: Any) -> None:
@@ -53,9 +81,25 @@ def add_mask_arguments(parser: Any) -> None:
     )
 
 
+def write_options(args: argparse.Namespace) -> WriteOptions:
+    """The target options of the command line (sizes parsed)."""
+
+    def size(value: str | None, flag: str) -> int | None:
+        return None if value is None else parse_size(value, flag)
+
+    return WriteOptions(
+        tokenizer_name=getattr(args, "tokenizer_name", None),
+        compression=args.compression,
+        size_limit=size(args.size_limit, "--size-limit"),
+        chunk_bytes=size(args.chunk_bytes, "--chunk-bytes"),
+        max_file_bytes=size(args.max_file_size, "--max-file-size"),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Convert; returns the exit code."""
     dtype = parse_dtype(args.dtype) if args.dtype else None
+    options = write_options(args)
     source = argparse.Namespace(paths=[args.src], format=args.format, dtype=args.source_dtype)
     catalog = catalog_from_args(source)
     writer = open_output(
@@ -63,9 +107,9 @@ def run(args: argparse.Namespace) -> int:
         args.to,
         args.dst,
         dtype=dtype,
-        tokenizer_name=args.tokenizer_name,
         drop_masks=args.drop_masks,
         assume_trained=args.assume_trained,
+        options=options,
     )
     with Progress(total=catalog.num_tokens, unit="tokens") as bar:
         stats = convert(catalog, writer, eos_token_id=args.eos, progress=bar.update_to)
@@ -74,13 +118,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def summary(stats: ConvertStats, fmt: str) -> str:
-    """``wrote D documents, T tokens as FMT (DTYPE): PATH, COMPANION…`` (a NumPy folder
-    with its shard count)."""
+    """``wrote D documents, T tokens as FMT (DTYPE): PATH, COMPANION…`` (a folder with its
+    file count; a folder of Parquet files as its files)."""
     dtype = stats.dtype.name if stats.dtype is not None else "?"
     where = ", ".join(stats.paths)
-    if fmt == "numpy" and stats.paths:
-        shards = len(os.listdir(stats.paths[0]))
-        where += f"{os.sep} ({shards} NPY shard{'' if shards == 1 else 's'})"
+    if len(stats.paths) == 1 and os.path.isdir(stats.paths[0]):
+        folder = stats.paths[0]
+        if fmt == "parquet":
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet"))
+            where = ", ".join(os.path.join(folder, n) for n in names)
+        else:
+            files = [n for n in os.listdir(folder) if n.endswith((".npy", ".mds", ".zstd", ".bin"))]
+            unit = _FOLDER_UNITS.get(fmt, "file")
+            where += f"{os.sep} ({len(files)} {unit}{'' if len(files) == 1 else 's'})"
     return (
         f"wrote {stats.documents:,} documents, {stats.tokens:,} tokens as {fmt} ({dtype}): {where}"
     )

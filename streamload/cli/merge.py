@@ -3,7 +3,9 @@
 Megatron inputs merge like ``tools/merge_datasets.py`` (``add_index``: sequences, document
 indices and token bytes appended, pointers recomputed). Other formats are concatenated
 document by document through the format's writer, keeping every document and its order —
-Modalities ``.pbin`` files included, without the tool's −12-byte index defect. Loss masks
+Modalities ``.pbin`` files included, without the tool's −12-byte index defect; MDS and
+LitData folders into one folder, Parquet files into one file or a folder of Hub-sized files
+(the target options of ``convert``: ``--compression``, ``--chunk-bytes``…). Loss masks
 are merged with the data (:mod:`streamload.tools.masks`): inputs that all have one give a
 merged mask; inputs of which only some have one are refused unless ``--assume-trained``
 (the others are all trained) or ``--drop-masks``.
@@ -17,7 +19,7 @@ from typing import Any
 from streamload.catalog.sources import SourceCatalog
 from streamload.cli._common import catalog_from_args
 from streamload.cli._progress import Progress
-from streamload.cli.convert import add_mask_arguments
+from streamload.cli.convert import add_mask_arguments, add_target_arguments, write_options
 from streamload.errors import ConfigError
 from streamload.tools.convert import TARGETS, convert, open_output
 from streamload.tools.masks import merge_megatron_with_masks, wants_masks
@@ -29,10 +31,14 @@ def add_parser(sub: Any) -> None:
     """Register the subcommand."""
     p = sub.add_parser("merge", help="concatenate token files of one format")
     p.add_argument("inputs", nargs="+", metavar="SRC", help="inputs (Megatron: path prefixes)")
-    p.add_argument("dst", help="output: a prefix (megatron), a file, or a folder (numpy)")
+    p.add_argument(
+        "dst",
+        help="output: a prefix (megatron), a file, or a folder (numpy, mds, litdata, parquet)",
+    )
     p.add_argument("--format", default="auto", help="input format (default: sniff)")
     p.add_argument("--dtype", default="auto", help="input dtype where the format lacks it")
     p.add_argument("--eos", type=int, help="EOS id splitting documents where there is no index")
+    add_target_arguments(p)
     add_mask_arguments(p)
     p.set_defaults(run=run)
 
@@ -60,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     target = "numpy" if fmt in ("npy", "raw") else fmt
     if target not in TARGETS:
         raise ConfigError(f"cannot merge {fmt} files; convert them first")
-    writer = open_output(catalog, target, args.dst, **policy)
+    writer = open_output(catalog, target, args.dst, options=write_options(args), **policy)
     with Progress(total=catalog.num_tokens, unit="tokens") as bar:
         stats = convert(catalog, writer, eos_token_id=args.eos, progress=bar.update_to)
     print(

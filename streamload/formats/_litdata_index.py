@@ -18,16 +18,16 @@ import numpy as np
 from streamload.errors import FormatError
 from streamload.formats._fields import json_int, json_str
 
-__all__ = ["LitdataChunk", "LitdataIndex", "parse_litdata_index"]
+__all__ = ["NUMPY_CODES", "LitdataChunk", "LitdataIndex", "parse_litdata_index"]
 
 _TORCH_CODES = {11: "u1", 12: "i1", 13: "<i2", 14: "<i2", 15: "<i4", 16: "<i4", 17: "<i8",
                 18: "<i8", 20: "<u2"}  # fmt: skip
 """litdata's ``_TORCH_DTYPES_MAPPING`` codes of integer dtypes (0-10 are floats and complex,
 19 bool)."""
-_NUMPY_CODES = {0: "i1", 1: "<i2", 2: "<i4", 3: "<i8", 4: "u1", 5: "<u2", 6: "<u4", 7: "<u8"}
+NUMPY_CODES = {0: "i1", 1: "<i2", 2: "<i4", 3: "<i8", 4: "u1", 5: "<u2", 6: "<u4", 7: "<u8"}
 """litdata's ``_NUMPY_DTYPES_MAPPING`` codes of integer dtypes (8 on are floats, bool,
 objects)."""
-_SERIALIZERS = {"no_header_tensor": _TORCH_CODES, "no_header_numpy": _NUMPY_CODES}
+_SERIALIZERS = {"no_header_tensor": _TORCH_CODES, "no_header_numpy": NUMPY_CODES}
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,33 @@ Sniffing is by content: an ``index.json`` in the folder and a chunk header whose
 is ``4·(N + 2)`` (an MDS shard's is larger: its JSON config sits between). ``describe``
 checks the file against the index (listed, size, item count, token count, dtype) and every
 item offset of the header.
+
+:class:`LitdataWriter` writes what ``streamload convert --to litdata`` publishes: what
+``litdata.optimize(..., item_loader=TokensLoader())`` writes for one numpy token array per
+document (:mod:`streamload.formats._litdata_write`), the documents concatenated as they are.
 """
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import Any
 
 import numpy as np
 
 from streamload.errors import FormatError
+from streamload.formats._folder_writer import FolderWriter
 from streamload.formats._index_json import INDEX_NAME, load_index
 from streamload.formats._litdata_index import LitdataChunk, LitdataIndex, parse_litdata_index
+from streamload.formats._litdata_write import (
+    DEFAULT_CHUNK_BYTES,
+    chunk_name,
+    encode_chunk,
+    index_config,
+    write_index,
+)
+from streamload.formats._shard_masks import PendingMasks
+from streamload.formats._writer_input import as_document, token_dtype
 from streamload.formats.base import (
     ListedFile,
     MemmapShard,
@@ -40,7 +55,14 @@ from streamload.formats.base import (
     open_head,
 )
 
-__all__ = ["FORMAT", "FORMAT_NAME", "LitdataFormat", "check_chunk_header"]
+__all__ = [
+    "DEFAULT_CHUNK_BYTES",
+    "FORMAT",
+    "FORMAT_NAME",
+    "LitdataFormat",
+    "LitdataWriter",
+    "check_chunk_header",
+]
 
 FORMAT_NAME = "litdata"
 
@@ -132,6 +154,91 @@ def _listed_chunk(index: LitdataIndex, file: ListedFile) -> LitdataChunk:
             "chunks); a chunk of another dataset, or the index is from another run"
         )
     return chunk
+
+
+class LitdataWriter(FolderWriter):
+    """Write documents as a LitData ``TokensLoader`` folder: ``chunk-0-N.bin`` + ``index.json``.
+
+    Each non-empty document is one item; items fill a chunk up to ``chunk_bytes`` bytes of
+    tokens, or ``chunk_size`` tokens (one of them; :mod:`streamload.formats._litdata_write`
+    states litdata's rule), and ``index.json`` is written last. The folder appears whole at
+    :meth:`close`.
+
+    Args:
+        folder: The output folder; it must not exist, or be empty.
+        dtype: Token dtype (an integer dtype of at most 8 bytes).
+        chunk_bytes: Bytes of tokens per chunk (default :data:`DEFAULT_CHUNK_BYTES` when
+            ``chunk_size`` is not given either).
+        chunk_size: Tokens per chunk, instead of ``chunk_bytes``.
+        save_loss_masks: Write each chunk's loss mask beside it (``chunk-0-0.bin.loss``).
+
+    Raises:
+        ValueError: a bad dtype, both limits, or a limit below 1.
+        ConfigError: the folder exists and is not empty.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        dtype: Any,
+        *,
+        chunk_bytes: int | None = None,
+        chunk_size: int | None = None,
+        save_loss_masks: bool = False,
+    ) -> None:
+        self._dtype = token_dtype(dtype, os.fspath(folder))
+        if chunk_bytes is None and chunk_size is None:
+            chunk_bytes = DEFAULT_CHUNK_BYTES
+        given = [v for v in (chunk_bytes, chunk_size) if v is not None]
+        if len(given) != 1 or given[0] < 1:
+            raise ValueError(
+                f"{os.fspath(folder)}: give chunk_bytes or chunk_size (>= 1), not both: got "
+                f"{chunk_bytes} and {chunk_size}"
+            )
+        self._config = index_config(self._dtype, chunk_bytes, chunk_size)
+        self._limit = (chunk_bytes, chunk_size)
+        self._inner = self._open_folder(folder)
+        self._masks = PendingMasks(save_loss_masks)
+        self._items: list[np.ndarray] = []
+        self._bytes = self._tokens = 0  # of the items not yet written
+        self._chunks: list[dict[str, Any]] = []
+        self._documents = 0
+
+    def add_document(self, tokens: Any, *, loss_mask: Any = None) -> None:
+        """Append one document's tokens to the stream (an empty one adds nothing)."""
+        where = f"{self.folder}: document {self._documents}"
+        doc = as_document(tokens, self._dtype, where)
+        self._documents += 1
+        if doc.size == 0:
+            return
+        max_bytes, max_tokens = self._limit
+        if self._items and (
+            (max_bytes is not None and self._bytes + doc.nbytes > max_bytes)
+            or (max_tokens is not None and self._tokens + doc.size > max_tokens)
+        ):
+            self._write_chunk()
+        self._items.append(doc)
+        self._bytes += doc.nbytes
+        self._tokens += doc.size
+        self._masks.add(loss_mask, doc, where)  # after a full chunk took the others
+
+    def _write_chunk(self) -> None:
+        name = chunk_name(len(self._chunks))
+        data = encode_chunk(self._items)
+        path = os.path.join(self._inner, name)
+        with open(path, "wb") as fh:
+            fh.write(data)
+        self._chunks.append(
+            {"chunk_bytes": len(data), "chunk_size": len(self._items), "dim": self._tokens,
+             "filename": name}
+        )  # fmt: skip
+        self._masks.write(path)
+        self._items, self._bytes, self._tokens = [], 0, 0
+
+    def _finish(self) -> None:
+        if self._items:
+            self._write_chunk()
+        write_index(self._inner, self._chunks, self._config)
 
 
 FORMAT = LitdataFormat()

@@ -17,10 +17,16 @@ Sniffing is by content: an ``index.json`` in the folder and either a zstd or gzi
 an uncompressed header (``u32 n``, then offsets whose first lies past the ``4·(n + 2)``-byte
 table by the size of the shard's JSON config). ``describe`` then requires the index to be an
 MDS index listing the file, with the listed size.
+
+:class:`MdsWriter` writes what ``streamload convert --to mds`` publishes: a folder of
+``MDSWriter``'s layout (:mod:`streamload.formats._mds_write`), one sample per document in a
+``tokens`` column encoded ``ndarray:<dtype>`` (LLM Foundry's ``convert_dataset_hf
+--concat_tokens`` column, which Streaming decodes to a numpy array).
 """
 
 from __future__ import annotations
 
+import os
 import posixpath
 import struct
 from typing import Any
@@ -28,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from streamload.config.storage import default_cache_dir
-from streamload.errors import FormatError
+from streamload.errors import ConfigError, FormatError
+from streamload.formats._folder_writer import FolderWriter
 from streamload.formats._index_json import INDEX_NAME, load_index
 from streamload.formats._mds_cache import decoded_key, load_decoded, save_decoded
 from streamload.formats._mds_column import TokenColumn, token_column
@@ -42,11 +49,22 @@ from streamload.formats._mds_read import (
     read_listed,
     read_opened,
 )
+from streamload.formats._mds_write import (
+    MDS_SIZE_LIMIT,
+    MdsShards,
+    encode_ndarray,
+    ndarray_encoding,
+)
+from streamload.formats._shard_masks import PendingMasks
+from streamload.formats._writer_input import as_document, token_dtype
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
 
-__all__ = ["FORMAT", "FORMAT_NAME", "MdsFormat", "MdsShard"]
+__all__ = ["FORMAT", "FORMAT_NAME", "MDS_SIZE_LIMIT", "TOKEN_COLUMN", "MdsFormat", "MdsShard",
+           "MdsWriter"]  # fmt: skip
 
 FORMAT_NAME = "mds"
+TOKEN_COLUMN = "tokens"
+"""The column :class:`MdsWriter` writes the tokens to (LLM Foundry's)."""
 MAX_CONFIG_BYTES = 1 << 16
 """Most bytes of the JSON config between a shard's offset table and its first sample (real
 ones are ~250 bytes); a larger gap is not sniffed as MDS."""
@@ -178,6 +196,69 @@ def _keep(meta: dict[str, Any], decoded: DecodedShard) -> None:
     docs = int(meta["num_documents"])
     if load_decoded(root, key, decoded.tokens.dtype, int(decoded.tokens.size), docs) is None:
         save_decoded(root, key, decoded)
+
+
+class MdsWriter(FolderWriter):
+    """Write documents as a Mosaic MDS dataset folder, one sample per document.
+
+    The shards are ``MDSWriter(columns={column: "ndarray:<dtype>"}, compression=...,
+    size_limit=...)``'s, byte for byte (:mod:`streamload.formats._mds_write`), and so is
+    ``index.json`` (written last). The folder appears whole at :meth:`close`.
+
+    Args:
+        folder: The output folder; it must not exist, or be empty.
+        dtype: Token dtype (an integer dtype of at most 8 bytes).
+        column: Name of the token column.
+        compression: ``None``, ``"zstd"`` or ``"zstd:LEVEL"`` (needs ``zstandard``).
+        size_limit: Shard size limit in bytes (MDSWriter's default: 64 MiB).
+        save_loss_masks: Write each shard's loss mask beside it (``shard.00000.mds.loss``;
+            ``add_document(..., loss_mask=...)``).
+
+    Raises:
+        ValueError: a bad dtype, compression or size limit; ``zstandard`` missing.
+        ConfigError: the folder exists and is not empty.
+    """
+
+    def __init__(
+        self,
+        folder: str | os.PathLike[str],
+        dtype: Any,
+        *,
+        column: str = TOKEN_COLUMN,
+        compression: str | None = None,
+        size_limit: int | None = MDS_SIZE_LIMIT,
+        save_loss_masks: bool = False,
+    ) -> None:
+        self._dtype = token_dtype(dtype, os.fspath(folder))
+        columns = {column: ndarray_encoding(self._dtype)}
+        MdsShards(os.fspath(folder), columns, compression=compression, size_limit=size_limit)
+        inner = self._open_folder(folder)  # the arguments are checked: nothing to clean
+        self._shards = MdsShards(inner, columns, compression=compression, size_limit=size_limit)
+        self._column = column
+        self._masks = PendingMasks(save_loss_masks)
+        self._shards.on_shard = self._masks.write
+        self._documents = 0
+
+    def add_document(self, tokens: Any, *, loss_mask: Any = None) -> None:
+        """Append one document as one sample (with ``save_loss_masks``, its loss mask).
+
+        Raises:
+            ConfigError: an empty document (an MDS ndarray cannot be empty).
+            ValueError: not 1-D integer tokens fitting the dtype.
+        """
+        where = f"{self.folder}: document {self._documents}"
+        doc = as_document(tokens, self._dtype, where)
+        if doc.size == 0:
+            raise ConfigError(
+                "an empty document cannot be an MDS sample (Streaming's ndarray encoding "
+                "refuses 0 elements); drop empty documents, or convert to another format"
+            )
+        self._shards.add({self._column: encode_ndarray(doc)})
+        self._masks.add(loss_mask, doc, where)  # after add(): a full shard took the others
+        self._documents += 1
+
+    def _finish(self) -> None:
+        self._shards.finish()
 
 
 FORMAT = MdsFormat()

@@ -3,28 +3,21 @@
 Documents come from the source format's index, else from an EOS token, else one per shard
 (:mod:`streamload.tools.documents`); they are written by the target format's writer inside a
 hidden staging folder, and the whole output is published at once when complete
-(:func:`streamload.util.files.staged_output`): the NumPy shard folder by one rename, sibling
+(:func:`streamload.util.files.staged_output`): a folder output by one rename, sibling
 files with the token file a listing takes last. An interrupted or killed conversion leaves
 nothing that looks like data, and the next one removes what a dead run left.
 
-Destination rules (every target):
-
-* ``megatron``: a path prefix (``out/web_text_document``; a trailing ``.bin``/``.idx`` is
-  dropped), written as ``PREFIX.bin`` + ``PREFIX.idx``;
-* ``modalities``, ``dolma``, ``datatrove``, ``parquet``: a file whose name ends in the
-  format's suffix (``.pbin``, ``.npy``, ``.ds``, ``.parquet``), which is how readers (and
-  folder listings) recognise the format; another name is refused (:class:`ConfigError`
-  naming the suffix), never silently renamed;
-* ``numpy``: a folder of ``shard_00000.npy``…; it must not exist or be empty;
-* an existing folder given for a single-file target receives the format's default name;
-* nothing is ever replaced: an existing output is refused;
-* a relative path is relative to the working folder; ``file://`` URLs are local paths; other
-  URLs are refused (write locally, then upload).
+The destination rules and each target's options and writer are in
+:mod:`streamload.tools.convert_targets`: a prefix for ``megatron``, a file with the format's
+suffix for ``modalities``, ``dolma``, ``datatrove`` and a ``.parquet`` file, a folder for
+``numpy``, ``mds``, ``litdata`` and Hub-sized Parquet files; nothing is ever replaced; a
+relative path is relative to the working folder; ``file://`` URLs are local paths; other
+URLs are refused (write locally, then upload).
 
 Loss masks (:mod:`streamload.tools.masks`): sources with masks give an output with masks,
 datatrove's ``.ds.loss`` or the mask file beside each token file
-(:func:`~streamload.formats.mask_names.mask_path_for`), published with the output, before
-its token file.
+(:func:`~streamload.formats.mask_names.mask_path_for`; in a folder output, beside each of its
+files), published with the output, before its token file.
 """
 
 from __future__ import annotations
@@ -40,9 +33,20 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog
 from streamload.errors import ConfigError, StreamloadError
 from streamload.formats.base import DocumentWriter, ShardInfo, local_path
-from streamload.formats.dolma import CSV_SUFFIX
 from streamload.formats.mask_names import mask_path_for
 from streamload.formats.registry import open_shard
+from streamload.tools.convert_targets import (
+    SUFFIXES,
+    TARGETS,
+    WriteOptions,
+    check_dtype,
+    check_options,
+    default_destination,
+    format_writer,
+    is_folder_output,
+    output_paths,
+    replace_options,
+)
 from streamload.tools.documents import document_bounds, iter_documents
 from streamload.tools.masks import MaskedWriter, mask_reader, wants_masks
 from streamload.util.files import staged_output
@@ -52,6 +56,7 @@ __all__ = [
     "TARGETS",
     "ConvertStats",
     "StagedWriter",
+    "WriteOptions",
     "convert",
     "default_destination",
     "open_output",
@@ -60,23 +65,8 @@ __all__ = [
     "parse_dtype",
 ]
 
-TARGETS = ("megatron", "modalities", "dolma", "numpy", "datatrove", "parquet")
-"""Formats ``streamload convert`` writes."""
-
-SUFFIXES = {"modalities": ".pbin", "dolma": ".npy", "datatrove": ".ds", "parquet": ".parquet"}
-"""The suffix a single-file target's name must end in (readers recognise the format by it)."""
-
 NUMPY_SHARD_TOKENS = 1 << 28
 """Tokens per NPY shard when converting to a shard folder."""
-
-_DEFAULT_NAMES = {
-    "megatron": "data_text_document",
-    "modalities": "data.pbin",
-    "dolma": "part-0-00000.npy",
-    "datatrove": "data_00000_unshuffled.ds",
-    "parquet": "train-00000-of-00001.parquet",
-}
-"""The name written inside a folder given as the destination of a single-file target."""
 
 
 @dataclass
@@ -110,16 +100,6 @@ def parse_dtype(text: str) -> np.dtype:
     return dtype
 
 
-def default_destination(fmt: str, destination: str) -> str:
-    """Name a file inside ``destination`` when a folder (an existing one, or a path ending in
-    ``/``) is given for a single-file format."""
-    if fmt == "numpy" or fmt not in _DEFAULT_NAMES:
-        return destination
-    if os.path.isdir(destination) or destination.endswith(("/", os.sep)):
-        return os.path.join(destination, _DEFAULT_NAMES[fmt])
-    return destination
-
-
 def _local(destination: str) -> str:
     """``destination`` as a local path (``file://`` stripped).
 
@@ -133,37 +113,6 @@ def _local(destination: str) -> str:
             "locally, then upload it"
         )
     return local
-
-
-def output_paths(fmt: str, destination: str, *, masks: bool = False) -> list[str]:
-    """The entries an output of ``fmt`` at ``destination`` consists of, in publishing order:
-    companions first (with ``masks``, the loss mask last of them), the file a listing takes
-    for the shard last. A NumPy folder holds its shards' masks.
-
-    Raises:
-        ConfigError: an unknown format, or a file name without the format's suffix.
-    """
-    if fmt not in TARGETS:
-        raise ConfigError(f"--to {fmt!r} is not a format streamload writes ({', '.join(TARGETS)})")
-    suffix = SUFFIXES.get(fmt)
-    if suffix is not None and not destination.endswith(suffix):
-        stem = os.path.splitext(destination)[0] if os.path.basename(destination) else "out"
-        raise ConfigError(
-            f"{destination}: --to {fmt} writes a file whose name must end in {suffix} (readers "
-            f"recognise the format by it); name it e.g. {stem}{suffix}"
-        )
-    if fmt == "megatron":
-        prefix = destination.removesuffix(".bin").removesuffix(".idx")
-        paths = [prefix + ".idx", prefix + ".bin"]
-    elif fmt == "dolma":
-        paths = [destination.removesuffix(".npy") + CSV_SUFFIX, destination]
-    elif fmt == "datatrove":
-        paths = [destination + ".index", destination + ".metadata", destination]
-    elif fmt in ("modalities", "parquet"):
-        paths = [destination]
-    else:
-        return [destination]  # a NumPy folder holds its shards' masks
-    return [*paths[:-1], mask_path_for(paths[-1]), paths[-1]] if masks else paths
 
 
 class StagedWriter:
@@ -244,73 +193,39 @@ def open_writer(
     *,
     tokenizer_name: str | None = None,
     masks: bool = False,
+    options: WriteOptions | None = None,
 ) -> StagedWriter:
     """A writer of ``fmt`` at ``destination`` that publishes the whole output at once.
 
-    ``destination`` follows the module's rules (a prefix for ``megatron``, a file with the
-    format's suffix, a folder for ``numpy``); stale leftovers of killed writers beside it are
-    removed first. With ``masks`` each document comes with its loss mask, written beside
-    the token file(s) (module docstring).
+    ``destination`` follows the rules of :mod:`streamload.tools.convert_targets` (a prefix
+    for ``megatron``, a file with the format's suffix, a folder for ``numpy``, ``mds``,
+    ``litdata`` and Hub-sized Parquet files); stale leftovers of killed writers beside it
+    are removed first. With ``masks`` each document comes with its loss mask, written
+    beside the token file(s) (module docstring). ``options`` are the target's own
+    (``tokenizer_name`` is a shorthand for ``options.tokenizer_name``).
 
     Raises:
         ConfigError: an unknown format, a name without the format's suffix, an existing
-            output, an unwritable place, or a dtype the format cannot store.
+            output, an unwritable place, a dtype the format cannot store, or an option of
+            another target.
     """
     dtype = np.dtype(dtype)
-    paths = output_paths(fmt, _local(destination), masks=masks)
-    if fmt in ("datatrove", "modalities"):
-        _check_unsigned_width(fmt, dtype)
+    destination = _local(destination)
+    paths = output_paths(fmt, destination, masks=masks)
+    options = replace_options(options, tokenizer_name)
+    check_options(fmt, destination, options)
+    check_dtype(fmt, dtype)
     name = os.path.basename(os.path.abspath(paths[-1]))
+    own_masks = fmt == "datatrove" or is_folder_output(fmt, destination)
 
     def make(staging: str) -> DocumentWriter:
-        writer = _format_writer(fmt, staging, name, dtype, tokenizer_name, masks)
-        if masks and fmt not in ("numpy", "datatrove"):  # those two write their own
-            return MaskedWriter(writer, mask_path_for(os.path.join(staging, name)))
+        path = os.path.join(staging, name)
+        writer = format_writer(fmt, path, dtype, options, masks, NUMPY_SHARD_TOKENS)
+        if masks and not own_masks:
+            return MaskedWriter(writer, mask_path_for(path))
         return writer
 
     return StagedWriter(paths, dtype, make, masks=masks)
-
-
-def _format_writer(
-    fmt: str, staging: str, name: str, dtype: np.dtype, tokenizer_name: str | None, masks: bool
-) -> DocumentWriter:
-    """The format's own writer, writing ``name`` inside ``staging`` (NumPy and datatrove
-    with their own loss masks when ``masks``)."""
-    path = os.path.join(staging, name)
-    if fmt == "megatron":
-        from streamload.formats.megatron import MegatronWriter
-
-        return MegatronWriter(path.removesuffix(".bin"), dtype)
-    if fmt == "dolma":
-        from streamload.formats.dolma import DolmaWriter
-
-        return DolmaWriter(path, dtype)
-    if fmt == "numpy":
-        from streamload.formats.numpy_folder import NumpyShardWriter
-
-        os.mkdir(path)  # published even without documents
-        return NumpyShardWriter(path, dtype, NUMPY_SHARD_TOKENS, save_loss_masks=masks)
-    if fmt == "datatrove":
-        from streamload.formats.datatrove import DatatroveWriter
-
-        return DatatroveWriter(path, tokenizer_name, dtype.itemsize, save_loss_metadata=masks)
-    if fmt == "parquet":
-        from streamload.formats.parquet import ParquetWriter
-
-        return ParquetWriter(path, dtype)
-    from streamload.formats.modalities import ModalitiesWriter
-
-    return ModalitiesWriter(path, dtype.itemsize)
-
-
-def _check_unsigned_width(fmt: str, dtype: np.dtype) -> None:
-    """datatrove (2 or 4 bytes) and Modalities (1, 2 or 4 bytes) store unsigned tokens."""
-    widths = (2, 4) if fmt == "datatrove" else (1, 2, 4)
-    if dtype.itemsize not in widths:
-        raise ConfigError(
-            f"{fmt} stores {' or '.join(map(str, widths))}-byte tokens; --dtype {dtype.name} "
-            "does not fit: pass --dtype uint16 or uint32"
-        )
 
 
 def open_output(
@@ -322,11 +237,13 @@ def open_output(
     tokenizer_name: str | None = None,
     drop_masks: bool = False,
     assume_trained: bool = False,
+    options: WriteOptions | None = None,
 ) -> StagedWriter:
     """:func:`open_writer` for converting ``catalog``: a folder given for a single-file
     target gets the format's default name, the dtype defaults to the sources' common one,
     and the output has loss masks when the sources have them
-    (:func:`~streamload.tools.masks.wants_masks`: ``drop_masks``, ``assume_trained``).
+    (:func:`~streamload.tools.masks.wants_masks`: ``drop_masks``, ``assume_trained``);
+    ``options`` are the target's own.
 
     Raises:
         ConfigError: a bad destination or dtype, or sources of which only some have a loss
@@ -339,7 +256,12 @@ def open_output(
     destination = default_destination(fmt, _local(destination))
     try:
         return open_writer(
-            fmt, destination, np.dtype(dtype), tokenizer_name=tokenizer_name, masks=masks
+            fmt,
+            destination,
+            np.dtype(dtype),
+            tokenizer_name=tokenizer_name,
+            masks=masks,
+            options=options,
         )
     except OSError as exc:
         raise _write_failed(exc, destination) from exc

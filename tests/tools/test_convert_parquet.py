@@ -27,6 +27,8 @@ DESTINATIONS = {
     "datatrove": "src.ds",
     "numpy": "src",
     "parquet": "src.parquet",
+    "mds": "src",
+    "litdata": "src",
 }
 """A destination of each format streamload writes."""
 
