@@ -232,6 +232,11 @@ def check_fingerprint(saved: Any, current: Mapping[str, Any], ignore: bool) -> b
             parts.append(
                 f"data of source(s) {', '.join(map(str, changed))} (files, sizes or dtypes)"
             )
+        elif isinstance(old, Mapping) and isinstance(new, Mapping):  # name the inner fields
+            for inner in sorted(set(old) | set(new), key=repr):
+                a, b = old.get(inner), new.get(inner)
+                if not (inner in old and inner in new and _same(a, b)):
+                    parts.append(f"{key}.{inner}: saved {short_repr(a)}, now {short_repr(b)}")
         else:
             parts.append(f"{key}: saved {short_repr(old)}, now {short_repr(new)}")
     raise StateError(

@@ -60,6 +60,12 @@ def configs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
             8, seed=2, pad_token_id=1, sampling={"mode": "packed"}, packing={"masks": True}
         ),
         "padded": docs.config(8, seed=2, pad_token_id=1, sampling={"mode": "padded"}),
+        "vsl": docs.config(  # global_batch_size: the 2 slots of 8 tokens of 16 per batch
+            8,
+            seed=2,
+            global_batch_size=2,
+            sampling={"mode": "vsl", "min_seq_len": 2, "tokens_per_batch": 16},
+        ),
     }
 
 
@@ -111,7 +117,9 @@ def grain_contract(make: Callable[[], Any]) -> int:
     return len(states)
 
 
-@pytest.mark.parametrize("case", ["single", "single-num-samples", "mixture", "packed", "padded"])
+@pytest.mark.parametrize(
+    "case", ["single", "single-num-samples", "mixture", "packed", "padded", "vsl"]
+)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_grain_contract_on_stream_loader(
     configs: dict[str, dict[str, Any]], case: str, workers: int
@@ -124,7 +132,7 @@ def test_grain_contract_on_stream_loader(
     assert steps >= 7
 
 
-@pytest.mark.parametrize("case", ["single", "mixture", "packed"])
+@pytest.mark.parametrize("case", ["single", "mixture", "packed", "vsl"])
 def test_grain_contract_on_stream_dataset(configs: dict[str, dict[str, Any]], case: str) -> None:
     cfg = configs[case]
     stream = SampleStream.from_config(load(cfg))
@@ -132,7 +140,9 @@ def test_grain_contract_on_stream_dataset(configs: dict[str, dict[str, Any]], ca
 
 
 # -- every entry point through the shared helper ------------------------------------------------
-@pytest.mark.parametrize("case", ["single", "single-num-samples", "mixture", "packed", "padded"])
+@pytest.mark.parametrize(
+    "case", ["single", "single-num-samples", "mixture", "packed", "padded", "vsl"]
+)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_stream_loader_states_are_echoed_and_positional(
     configs: dict[str, dict[str, Any]], case: str, workers: int
@@ -149,7 +159,7 @@ def test_stream_loader_states_are_echoed_and_positional(
     )
 
 
-@pytest.mark.parametrize("case", ["single", "mixture", "packed"])
+@pytest.mark.parametrize("case", ["single", "mixture", "packed", "vsl"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_stream_dataset_under_stateful_dataloader(
     configs: dict[str, dict[str, Any]], case: str, workers: int
@@ -178,7 +188,9 @@ def chain(cfg: dict[str, Any], chunk: int, restart: bool = True, workers: int = 
     return Loader(SplitBatches(PackMasks(node, False, 0)), restart_on_stop_iteration=restart)
 
 
-@pytest.mark.parametrize(("case", "workers"), [("single", 0), ("mixture", 0), ("single", 2)])
+@pytest.mark.parametrize(
+    ("case", "workers"), [("single", 0), ("mixture", 0), ("single", 2), ("vsl", 2)]
+)
 def test_node_chain_echoes_its_states(
     configs: dict[str, dict[str, Any]], case: str, workers: int
 ) -> None:

@@ -139,11 +139,10 @@ def check_vsl_config(config: DataConfig) -> None:
             f"sampling.tokens_per_batch = {tokens} is not a multiple of max_seq_len = {top}: "
             "every global batch holds tokens_per_batch / L pieces of its length L"
         )
-    if len(config.sources) > 1 or config.schedule:
+    if config.schedule:
         raise ConfigError(
-            "mode = 'vsl' reads one source for now (mixtures of vsl sources are planned); "
-            f"the config has {len(config.sources)} sources"
-            + (" and a schedule" if config.schedule else "")
+            "[[schedule]] with mode = 'vsl': weight phases of vsl mixtures are not built yet "
+            "(a vsl mixture keeps its [[sources]] weights); remove the schedule"
         )
     slots = config.grad_accum_steps * (tokens // top)
     if config.global_batch_size is None:

@@ -13,7 +13,15 @@ length. So step ``s`` starts at slot ``s·U``; rank ``r`` of ``W`` takes rows
 ``[r·R/W, (r+1)·R/W)`` of the step's ``R`` rows (the same tokens on every rank); the state,
 its checks and the resumption across world sizes and workers are unchanged. A chunk holds
 one step (its rows have their own length). ``sample_index`` of a row is its piece's id in
-the source's plan (the same piece in every epoch).
+its source's plan (the same piece in every epoch).
+
+The epoch: bucket ``k`` gives ``m_k = (pieces of length L_k over all sources) // R_k``
+batches (the pooled bucket sizes), which the curriculum orders. One source: each piece is
+used at most once per epoch (its bucket's permutation for epoch ``e`` is read in its first
+``m_k·R_k`` slots). Several sources (weights, no schedule yet): every step's rows are split
+among the sources that have pieces of its length by cumulative rounding of their weights
+(:mod:`streamload.plan.vsl_mixture`), each source walking its own reshuffled epochs of each
+bucket; a source without pieces of a length gives its share of those steps to the others.
 """
 
 from __future__ import annotations
@@ -22,10 +30,21 @@ from typing import Any
 
 import numpy as np
 
+from streamload.catalog.sources import SourceCatalog
+from streamload.config import DataConfig
 from streamload.config.vsl import default_cycles
 from streamload.errors import ConfigError
-from streamload.streams.chunks import ChunkPlan, TokenChunk
-from streamload.streams.concat import ConcatStream
+from streamload.plan.passes import PassPlan
+from streamload.plan.vsl_curriculum import epoch_order
+from streamload.plan.vsl_mixture import bucket_weights, drawn_rows, step_rows
+from streamload.streams.chunks import (
+    ChunkPlan,
+    TokenChunk,
+    new_loss_mask,
+    put_loss_mask,
+    put_rows,
+)
+from streamload.streams.concat import ConcatStream, _phases
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.vsl_plan import LAYOUT
 from streamload.streams.vsl_source import VslSource
@@ -39,43 +58,103 @@ class VslStream(ConcatStream):
 
     Args:
         config: The data config (``vsl`` mode).
-        catalogs: The described source (one).
+        catalogs: The described sources.
+
+    Raises:
+        ConfigError: no length has enough pieces for one global batch.
     """
 
-    source_class = VslSource
     sources: tuple[VslSource, ...]
     max_chunk_batches = 1
     """A chunk is one step: its rows have the step's own length."""
 
-    @property
-    def source(self) -> VslSource:
-        """The one source."""
-        return self.sources[0]
+    def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
+        self.config = config
+        self.seq_len = config.seq_len
+        self.sources = tuple(VslSource(config, c) for c in catalogs)
+        self.is_mixture = False  # the weights split each step's rows: a plain slot cursor
+        self.phases = ()
+        self.ended_by: str | None = None
+        sampling = config.sampling
+        first = self.sources[0]
+        self.lengths, self.rows = first.pieces.lengths, first.rows
+        counts = np.array([np.diff(s.pieces.offsets) for s in self.sources], dtype=np.int64)
+        self.batches = tuple((counts.sum(axis=0) // np.array(self.rows)).tolist())
+        single = len(self.sources) == 1
+        self.epoch_pieces = counts if not single else np.array([self.batches]) * self.rows
+        """Pieces of bucket k an epoch of source s uses (a mixture: all of them)."""
+        self.weights = _phases(config)[0].weights if not single else (1.0,)
+        self.shares = [bucket_weights(np.array(self.weights), counts[:, k] > 0)
+                       for k in range(len(self.lengths))]  # fmt: skip
+        cycles = sampling.num_cycles or default_cycles(sampling.curriculum)
+        self.order = epoch_order(self.batches, sampling.curriculum.value, cycles)
+        self.slots = int(sampling.tokens_per_batch or 0) // self.seq_len
+        if self.order.steps == 0:
+            self._refuse_empty(counts)
+        for s, source in enumerate(self.sources):  # a mixture's source: its own pieces
+            held = self.order.steps * self.slots if single else 0
+            if not single:
+                held = int(np.dot(counts[s], self.lengths)) // self.seq_len
+            source.epoch_slots = max(held, 1)
+        self.plan = PassPlan(
+            name=first.name,
+            num_windows=self.order.steps * self.slots,
+            seed=config.seed,
+            shuffle=sampling.shuffle,
+            shuffle_block=0,
+            num_samples=None,
+        )
+        self._buckets: tuple[int, np.ndarray] | None = None  # (pass, bucket of each step)
+
+    def _refuse_empty(self, counts: np.ndarray) -> None:
+        held = ", ".join(
+            f"{n} of length {length}"
+            for n, length in zip(counts.sum(axis=0).tolist(), self.lengths, strict=True)
+        )
+        raise ConfigError(
+            f"no length has enough pieces for one global batch of tokens_per_batch = "
+            f"{self.config.sampling.tokens_per_batch} (pieces: {held}); lower "
+            "tokens_per_batch or add data"
+        )
 
     @property
     def has_documents(self) -> bool:
         """A piece is part of one document: it starts at its row's start."""
         return True
 
+    def _keys(self, pass_index: int) -> tuple[int, int, str] | None:
+        if not self.config.sampling.shuffle:
+            return None
+        return (self.config.seed, pass_index, "+".join(s.name for s in self.sources))
+
     def step_length(self, pass_index: int, step: int) -> int:
         """Inputs per row of pass-relative ``step``."""
-        bucket, _ = self.source.step_pieces(pass_index, step)
-        return self.source.pieces.lengths[bucket]
+        bucket, _ = self.order.locate(np.array(step), self._keys(pass_index))
+        return self.lengths[int(bucket)]
 
     def step_rows(
         self, pass_index: int, step: int, world_size: int = 1, rank: int = 0
-    ) -> np.ndarray:
-        """Piece ids of ``rank``'s rows of ``step`` (all rows: ``world_size = 1``)."""
-        _, pieces = self.source.step_pieces(pass_index, step)
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, piece id)`` of each of ``rank``'s rows of ``step`` (all rows:
+        ``world_size = 1``), in the order the global batch holds them."""
+        bucket, index = (int(v) for v in self.order.locate(np.array(step), self._keys(pass_index)))
+        batch = pass_index * self.batches[bucket] + index  # of this bucket, since the start
+        sources, draws = step_rows(self.shares[bucket], self.rows[bucket], batch)
+        pieces = np.empty(draws.size, dtype=np.int64)
+        for s in np.unique(sources).tolist():
+            mine = sources == s
+            size = int(self.epoch_pieces[s, bucket])
+            pieces[mine] = self.sources[s].piece_ids(bucket, draws[mine], size)
         share = pieces.size // world_size
-        return pieces[rank * share : (rank + 1) * share]
+        cut = slice(rank * share, (rank + 1) * share)
+        return sources[cut], pieces[cut]
 
     def plan_chunk(
         self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
     ) -> tuple[ChunkPlan, StreamCursor] | None:
         """``rank``'s rows of the step at ``cursor`` (one step per chunk); ``None`` at the
         pass end."""
-        slots = self.source.slots
+        slots = self.slots
         if global_batch != slots:
             raise ConfigError(
                 f"a global batch of {global_batch} samples, but in vsl mode it is "
@@ -83,20 +162,37 @@ class VslStream(ConcatStream):
             )
         if self.batches_left(cursor, global_batch) == 0:
             return None
-        rows = self.step_rows(cursor.pass_index, cursor.sample // slots, world_size, rank)
-        ids = rows.reshape(1, -1)
-        plan = ChunkPlan(cursor.pass_index, ids, np.zeros(ids.shape, np.int16), ids)
+        step = cursor.sample // slots
+        sources, pieces = self.step_rows(cursor.pass_index, step, world_size, rank)
+        ids = pieces.reshape(1, -1)
+        plan = ChunkPlan(cursor.pass_index, ids, sources.astype(np.int16).reshape(1, -1), ids)
         return plan, self.advance(cursor, 1, global_batch)
 
     def read_chunk(self, plan: ChunkPlan, documents: bool) -> TokenChunk:
         """Tokens ``[rows, L + 1]`` of a chunk's pieces (and, with ``documents``, their
         document starts: each row's first token)."""
-        tokens, starts = self.source.read_pieces(plan.local_ids.ravel())
+        src, local = plan.sources.ravel(), plan.local_ids.ravel()
+        dtype = np.result_type(*[s.shards.dtype for s in self.sources])
+        width = self.sources[int(src[0])].pieces.lengths[0] if src.size else 0
+        tokens = np.empty((0, 0), dtype=dtype)
+        starts = np.empty(src.size, dtype=np.int64)
+        loss_mask = None
+        for index in np.unique(src).tolist():
+            rows = np.flatnonzero(src == index)
+            source = self.sources[index]
+            part, part_starts = source.read_pieces(local[rows])
+            if tokens.size == 0:
+                width = part.shape[1]
+                tokens = np.empty((src.size, width), dtype=dtype)
+                loss_mask = new_loss_mask(self.sources, tokens.shape)
+            tokens, starts = put_rows(tokens, rows, part), put_rows(starts, rows, part_starts)
+            if loss_mask is not None:
+                mask = source.read_piece_mask(part_starts, width)
+                loss_mask = put_loss_mask(loss_mask, rows, mask)
         doc_starts = None
         if documents:
             doc_starts = np.zeros(tokens.shape, dtype=bool)
             doc_starts[:, 0] = True
-        loss_mask = self.source.read_piece_mask(starts, tokens.shape[1])
         return TokenChunk(plan, tokens, starts, doc_starts, loss_mask=loss_mask)
 
     def locate(self, pass_index: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,6 +202,32 @@ class VslStream(ConcatStream):
             "vsl mode has no fixed-length samples to look up: a step's rows have the step's "
             "length (streamload samples lists steps; StreamLoader / StreamDataset deliver them)"
         )
+
+    def source_positions(self, cursor: StreamCursor) -> dict[str, dict[str, int]]:
+        """Per source: the slots of ``max_seq_len`` inputs it gave so far (its tokens //
+        max_seq_len) and the epochs of its own pieces they make; one source gives every
+        slot, and its epoch is the pass."""
+        if len(self.sources) == 1:
+            return super().source_positions(cursor)
+        step, p = cursor.sample // self.slots, cursor.pass_index
+        before = np.bincount(self.pass_buckets(p)[:step], minlength=len(self.lengths))
+        tokens = np.zeros(len(self.sources), dtype=np.int64)
+        for k, length in enumerate(self.lengths):
+            batches = p * self.batches[k] + int(before[k])
+            tokens += drawn_rows(self.shares[k], self.rows[k], batches) * length
+        out = {}
+        for source, drawn in zip(self.sources, tokens.tolist(), strict=True):
+            samples = int(drawn) // self.seq_len
+            out[source.name] = {"epoch": samples // source.num_windows, "samples": samples}
+        return out
+
+    def pass_buckets(self, pass_index: int) -> np.ndarray:
+        """The bucket of every step of a pass (int8, one byte per step; kept for one pass)."""
+        if self._buckets is None or self._buckets[0] != pass_index:
+            steps = np.arange(self.order.steps, dtype=np.int64)
+            buckets, _ = self.order.locate(steps, self._keys(pass_index))
+            self._buckets = (pass_index, buckets.astype(np.int8))
+        return self._buckets[1]
 
     def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
         """Concat mode's fingerprint plus what decides each step: the lengths, tokens per
@@ -120,4 +242,6 @@ class VslStream(ConcatStream):
             "curriculum": sampling.curriculum.value,
             "num_cycles": sampling.num_cycles or default_cycles(sampling.curriculum),
         }
+        if len(self.sources) > 1:
+            out["vsl"]["weights"] = list(self.weights)
         return out

@@ -1,16 +1,11 @@
-"""One source in ``vsl`` mode: its pieces in buckets, and which pieces each step takes.
+"""One source in ``vsl`` mode: its pieces in buckets, and which piece each draw is.
 
 The source's documents (:func:`streamload.streams.source_documents.source_document_bounds`)
-are cut into pieces once (:mod:`streamload.streams.vsl_plan`, cached). Bucket ``k`` (pieces
-of ``L_k`` inputs) gives ``R_k = tokens_per_batch / L_k`` pieces to each of its
-``pieces_k // R_k`` batches per epoch; the curriculum orders an epoch's batches
-(:mod:`streamload.plan.vsl_curriculum`) and each bucket's pieces are shuffled per epoch by
-their own keyed permutation, so step ``s`` of epoch ``e`` is a pure function of
-``(data, config, seed, e, s)``, computed in O(1).
-
-The loader counts *slots* of ``max_seq_len`` inputs: every step is ``tokens_per_batch /
-max_seq_len`` of them, so :attr:`VslSource.num_windows` (the slots of one epoch) is what the
-stream's cursor and the loader's stats count.
+are cut into pieces once (:mod:`streamload.streams.vsl_plan`, cached). Each bucket (pieces of
+one length) is an endless sequence of draws: draw ``d`` is slot ``d mod E`` of the bucket's
+keyed permutation for epoch ``d // E`` (key: seed, that epoch, source, length), ``E`` the
+pieces one epoch uses (:class:`streamload.streams.vsl.VslStream` decides it and which draws
+each step takes).
 """
 
 from __future__ import annotations
@@ -21,10 +16,7 @@ import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
-from streamload.config.vsl import default_cycles
-from streamload.errors import ConfigError
 from streamload.plan.permutation import KeyedPermutation, derive_key
-from streamload.plan.vsl_curriculum import EpochOrder, epoch_order
 from streamload.streams.concat_source import ConcatSource
 from streamload.streams.source_documents import source_document_bounds
 from streamload.streams.source_split import source_split
@@ -41,7 +33,7 @@ class VslSource(ConcatSource):
         catalog: The described source.
 
     Raises:
-        ConfigError: the source has no documents to cut, or too few pieces for one batch.
+        ConfigError: the source has no document long enough for a piece.
     """
 
     def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
@@ -58,15 +50,9 @@ class VslSource(ConcatSource):
         tokens = int(sampling.tokens_per_batch)  # type: ignore[arg-type]  # checked by config
         self.rows = tuple(tokens // length for length in self.pieces.lengths)
         """Pieces per global batch of each bucket."""
-        self.slots = tokens // config.seq_len
-        """Slots of ``max_seq_len`` inputs per global batch."""
-        self.batches = tuple(
-            self.pieces.count(k) // r for k, r in enumerate(self.rows)
-        )  # per epoch, per bucket
-        cycles = sampling.num_cycles or default_cycles(sampling.curriculum)
-        self.epoch_order: EpochOrder = epoch_order(self.batches, sampling.curriculum.value, cycles)
-        if self.epoch_order.steps == 0:
-            self._refuse_empty(tokens)
+        self.epoch_slots = 0
+        """Slots of ``max_seq_len`` inputs in one epoch (set by the stream: of the stream for
+        a single source, of the source's own pieces in a mixture)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -78,22 +64,10 @@ class VslSource(ConcatSource):
         low = int(self.config.sampling.min_seq_len or 0)
         self.pieces = buckets_of(self._arrays, low, self.config.seq_len)
 
-    def _refuse_empty(self, tokens: int) -> None:
-        counts = ", ".join(
-            f"{n} of {length}"
-            for n, length in zip(
-                np.diff(self.pieces.offsets).tolist(), self.pieces.lengths, strict=True
-            )
-        )
-        raise ConfigError(
-            f"source {self.name!r}: no length has enough pieces for one global batch of "
-            f"tokens_per_batch = {tokens} (pieces: {counts}); lower tokens_per_batch or add data"
-        )
-
     @property
     def num_windows(self) -> int:
-        """Slots of ``max_seq_len`` inputs in one epoch (steps × slots per step)."""
-        return self.epoch_order.steps * self.slots
+        """Slots of ``max_seq_len`` inputs in one epoch (:attr:`epoch_slots`)."""
+        return self.epoch_slots
 
     @property
     def limit(self) -> int | None:
@@ -105,19 +79,20 @@ class VslSource(ConcatSource):
         """Every piece lies inside one document: a chunk always knows where it starts."""
         return True
 
-    def step_pieces(self, epoch: int, step: int) -> tuple[int, np.ndarray]:
-        """``(bucket, piece ids [R])`` of epoch-relative ``step`` (piece ids index
-        ``self.pieces.starts``), in the order the global batch holds them."""
-        shuffle = self.config.sampling.shuffle
-        keys = (self.config.seed, epoch, self.name) if shuffle else None
-        bucket, index = (int(v) for v in self.epoch_order.locate(np.array(step), keys))
-        rows = self.rows[bucket]
-        slots = np.arange(index * rows, (index + 1) * rows, dtype=np.int64)
-        if shuffle:
-            length = self.pieces.lengths[bucket]
-            key = derive_key(seed=self.config.seed, epoch=epoch, stream=f"{self.name}/vsl/{length}")
-            slots = KeyedPermutation(self.pieces.count(bucket), key)(slots)
-        return bucket, int(self.pieces.offsets[bucket]) + slots
+    def piece_ids(self, bucket: int, draws: np.ndarray, epoch_pieces: int) -> np.ndarray:
+        """Piece ids (indices of ``self.pieces.starts``) of draws of ``bucket``, whose epochs
+        use ``epoch_pieces`` of its pieces each."""
+        draws = np.asarray(draws, dtype=np.int64)
+        epochs, slots = np.divmod(draws, epoch_pieces)
+        out = slots.copy()
+        if self.config.sampling.shuffle:
+            length, size = self.pieces.lengths[bucket], self.pieces.count(bucket)
+            for epoch in np.unique(epochs).tolist():
+                rows = epochs == epoch
+                name = f"{self.name}/vsl/{length}"
+                key = derive_key(seed=self.config.seed, epoch=epoch, stream=name)
+                out[rows] = KeyedPermutation(size, key)(slots[rows])
+        return int(self.pieces.offsets[bucket]) + out
 
     def bucket_of(self, pieces: np.ndarray) -> np.ndarray:
         """The bucket of each piece id."""
@@ -157,27 +132,18 @@ class VslSource(ConcatSource):
             if self.loss_masks is not None:
                 self.loss_masks.prefetch(starts, width)
 
-    def report(self) -> dict[str, object]:
-        """One epoch of the source: documents, pieces, batches and tokens per length, and
-        the tokens in no batch (dropped tails, and each bucket's leftover pieces)."""
+    def report(self, batches: tuple[int, ...] | None = None) -> dict[str, Any]:
+        """The source's documents, pieces per length and dropped tails; with ``batches``
+        (a single source's batches per length and epoch), the pieces each epoch leaves."""
         per_length = []
         for k, length in enumerate(self.pieces.lengths):
-            pieces, used = self.pieces.count(k), self.batches[k] * self.rows[k]
-            per_length.append(
-                {
-                    "length": length,
-                    "pieces": pieces,
-                    "batches": self.batches[k],
-                    "tokens": used * length,
-                    "leftover_pieces": pieces - used,
-                }
-            )
-        leftover = sum(p["leftover_pieces"] * p["length"] for p in per_length)
+            row: dict[str, int] = {"length": length, "pieces": self.pieces.count(k)}
+            if batches is not None:
+                row["leftover_pieces"] = row["pieces"] - batches[k] * self.rows[k]
+            per_length.append(row)
         return {
+            "source": self.name,
             "documents": self.pieces.documents,
-            "steps": self.epoch_order.steps,
-            "tokens": self.epoch_order.steps * self.slots * self.seq_len,
             "dropped_tokens": self.pieces.dropped_tokens,
-            "leftover_tokens": leftover,
             "lengths": per_length,
         }

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import ConfigError
+from streamload.streams.chunks import ChunkPlan
 from streamload.streams.vsl import VslStream
 from streamload.util.files import atomic_output
 
@@ -25,58 +26,73 @@ __all__ = [
 
 def step_lengths(stream: VslStream, pass_index: int = 0) -> np.ndarray:
     """int64 ``[steps]``: inputs per row of every step of pass ``pass_index``."""
-    source = stream.source
-    order = source.epoch_order
-    sampling = stream.config.sampling
-    keys = (stream.config.seed, pass_index, source.name) if sampling.shuffle else None
-    buckets, _ = order.locate(np.arange(order.steps, dtype=np.int64), keys)
-    return np.asarray(source.pieces.lengths, dtype=np.int64)[buckets]
+    buckets = stream.pass_buckets(pass_index)
+    return np.asarray(stream.lengths, dtype=np.int64)[buckets]
 
 
 def vsl_report(stream: VslStream) -> dict[str, Any]:
-    """One epoch: the source's pieces and batches per length (:meth:`VslSource.report`),
-    the curriculum, and per segment (a growth curriculum's sub-cycles) the tokens of each
-    length."""
-    source = stream.source
+    """One epoch: pieces (all sources), batches and tokens per length, each source's
+    documents and pieces, the curriculum, and per segment (a growth curriculum's
+    sub-cycles) the tokens of each length."""
     sampling = stream.config.sampling
-    order = source.epoch_order
+    order = stream.order
     tokens = int(sampling.tokens_per_batch or 0)
-    lengths = [str(n) for n in source.pieces.lengths]
+    names = [str(n) for n in stream.lengths]
     bounds = order.segment_steps.tolist()
     segments = [
         {
             "steps": [bounds[s], bounds[s + 1]],
-            "tokens": dict(zip(lengths, (order.counts[s] * tokens).tolist(), strict=True)),
+            "tokens": dict(zip(names, (order.counts[s] * tokens).tolist(), strict=True)),
         }
         for s in range(order.counts.shape[0])
     ]
     totals = order.bucket_totals() * tokens
-    return {
-        "source": source.name,
+    single = len(stream.sources) == 1
+    sources = [s.report(stream.batches if single else None) for s in stream.sources]
+    pieces = [sum(int(r["lengths"][k]["pieces"]) for r in sources) for k in range(len(names))]
+    lengths = [
+        {"length": n, "pieces": p, "batches": b, "tokens": b * tokens}
+        for n, p, b in zip(stream.lengths, pieces, stream.batches, strict=True)
+    ]
+    report: dict[str, Any] = {
         "curriculum": sampling.curriculum.value,
         "tokens_per_batch": tokens,
-        **source.report(),
-        "first_step_length": source.pieces.lengths[order.head] if order.head >= 0 else None,
-        "token_shares": dict(zip(lengths, (totals / max(totals.sum(), 1)).tolist(), strict=True)),
+        "steps": order.steps,
+        "tokens": order.steps * tokens,
+        "first_step_length": stream.lengths[order.head] if order.head >= 0 else None,
+        "lengths": lengths,
+        "token_shares": dict(zip(names, (totals / max(totals.sum(), 1)).tolist(), strict=True)),
         "segments": segments,
+        "sources": sources,
     }
+    if not single:
+        report["weights"] = dict(zip([s.name for s in stream.sources], stream.weights, strict=True))
+    return report
 
 
 def report_lines(report: dict[str, Any]) -> list[str]:
     """The report in words, one line each."""
     out = [
-        f"{report['source']} per epoch: {report['documents']:,} documents -> "
-        f"{report['steps']:,} steps of {report['tokens_per_batch']:,} tokens "
-        f"({report['curriculum']} curriculum); {report['dropped_tokens']:,} tokens of "
-        f"document tails and {report['leftover_tokens']:,} of leftover pieces unused"
+        f"one epoch: {report['steps']:,} steps of {report['tokens_per_batch']:,} tokens "
+        f"({report['curriculum']} curriculum)"
     ]
     for row in report["lengths"]:
+        share = 100 * report["token_shares"][str(row["length"])]
         out.append(
             f"  length {row['length']:>6}: {row['pieces']:,} pieces -> {row['batches']:,} "
-            f"batches, {row['tokens']:,} tokens "
-            f"({100 * report['token_shares'][str(row['length'])]:.1f} %), "
-            f"{row['leftover_pieces']:,} pieces left over"
+            f"batches, {row['tokens']:,} tokens ({share:.1f} %)"
         )
+    for source in report["sources"]:
+        line = (
+            f"{source['source']}: {source['documents']:,} documents; "
+            f"{source['dropped_tokens']:,} tokens of document tails in no piece"
+        )
+        if "weights" in report:
+            line += f"; weight {report['weights'][source['source']]:.4g}"
+        else:
+            left = sum(r["leftover_pieces"] * r["length"] for r in source["lengths"])
+            line += f"; {left:,} tokens of pieces each epoch leaves over"
+        out.append(line)
     if len(report["segments"]) > 1:
         for seg in report["segments"]:
             first, end = seg["steps"]
@@ -89,21 +105,25 @@ def step_arrays(
     stream: VslStream, pass_index: int, start: int, count: int, world_size: int, rank: int
 ) -> dict[str, np.ndarray]:
     """Tokens of steps ``[start, start + count)`` of a pass (``rank``'s rows of each with
-    ``world_size``): ``step_K`` int64 ``[rows, L + 1]`` per step, and ``lengths``."""
-    steps = stream.source.epoch_order.steps
+    ``world_size``): ``step_K`` int64 ``[rows, L + 1]`` and ``sources_K`` (each row's source
+    index) per step, and ``lengths``."""
+    steps = stream.order.steps
     if start < 0 or count < 0 or start + count > steps:
         raise ConfigError(f"--start {start} --count {count} is outside the epoch of {steps} steps")
-    if stream.source.slots % world_size:
+    if stream.slots % world_size:
         raise ConfigError(
-            f"--world-size {world_size} does not divide the {stream.source.slots} slots of a "
+            f"--world-size {world_size} does not divide the {stream.slots} slots of a "
             "global batch (tokens_per_batch / max_seq_len)"
         )
     out: dict[str, np.ndarray] = {}
     lengths = []
     for step in range(start, start + count):
-        rows = stream.step_rows(pass_index, step, world_size, rank)
-        tokens, _ = stream.source.read_pieces(rows)
+        sources, pieces = stream.step_rows(pass_index, step, world_size, rank)
+        ids = pieces.reshape(1, -1)
+        plan = ChunkPlan(pass_index, ids, sources.astype(np.int16).reshape(1, -1), ids)
+        tokens = stream.read_chunk(plan, documents=False).tokens
         out[f"step_{step}"] = tokens.astype(np.int64)
+        out[f"sources_{step}"] = sources.astype(np.int64)
         lengths.append(tokens.shape[1] - 1)
     out["lengths"] = np.asarray(lengths, dtype=np.int64)
     return out
@@ -134,7 +154,7 @@ def plot_curriculum(stream: VslStream, path: str) -> bool:
     top.set_title(f"{stream.config.sampling.curriculum.value} curriculum, one epoch")
     window = max(1, lengths.size // 20)
     kernel = np.ones(window) / window
-    for length in stream.source.pieces.lengths:
+    for length in stream.lengths:
         share = np.convolve(lengths == length, kernel, mode="same")
         bottom.plot(steps, share, label=str(length))
     bottom.set_ylabel(f"share of steps ({window}-step window)")

@@ -139,3 +139,29 @@ def test_cyclic_p2_repeats_the_growth() -> None:
     assert order.counts[:, 0].reshape(8, 2).sum(axis=1).tolist() == [8] * 8
     with pytest.raises(ValueError, match="curriculum"):
         epoch_order([1], "grow", 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    weights=st.lists(st.floats(0.0, 10.0), min_size=1, max_size=5),
+    has=st.lists(st.booleans(), min_size=5, max_size=5),
+    rows=st.integers(1, 64),
+    batch=st.integers(0, 10**6),
+)
+def test_cumulative_rounding_gives_floor_or_ceil_and_adds_up(
+    weights: list[float], has: list[bool], rows: int, batch: int
+) -> None:
+    from streamload.plan.vsl_mixture import bucket_weights, drawn_rows, step_rows
+
+    shares = bucket_weights(np.array(weights), np.array(has[: len(weights)]))
+    if shares.sum() == 0:
+        return
+    before, after = drawn_rows(shares, rows, np.array([batch, batch + 1]))
+    counts = after - before
+    assert counts.sum() == rows and (counts >= 0).all()
+    assert (np.abs(counts - shares * rows) < 1 + 1e-9).all()
+    assert (np.abs(after - shares * rows * (batch + 1)) < 1 + 1e-6).all()  # running deviation
+    assert (counts[shares == 0] == 0).all()
+    sources, draws = step_rows(shares, rows, batch)
+    for s in range(shares.size):  # each source's rows are its next draws, in order
+        assert draws[sources == s].tolist() == list(range(before[s], after[s]))

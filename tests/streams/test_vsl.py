@@ -86,14 +86,14 @@ def test_each_kept_pair_is_trained_once_per_epoch(corpus: Corpus) -> None:
     stream, source = loader.stream, loader.stream.sources[0]
     seen: Counter[tuple[int, int]] = Counter()
     for step in range(len(loader)):
-        for piece in stream.step_rows(0, step).tolist():
+        for piece in stream.step_rows(0, step)[1].tolist():
             start = int(source.pieces.starts[piece])
             length = source.pieces.lengths[int(source.bucket_of(np.array([piece]))[0])]
             seen.update((start + i, start + i + 1) for i in range(length))
     expected = expected_pairs(corpus, 8, 64)
     assert max(seen.values()) == 1 and set(seen) <= set(expected)
-    report = source.report()
-    leftover = report["leftover_tokens"]
+    report = source.report(stream.batches)
+    leftover = sum(r["leftover_pieces"] * r["length"] for r in report["lengths"])
     assert len(expected) - len(seen) == leftover  # all kept pairs but the leftover pieces'
     assert report["dropped_tokens"] == sum(
         max(d.size - 1, 0) % 64 % 8 for _, d in documents(corpus)
@@ -102,7 +102,7 @@ def test_each_kept_pair_is_trained_once_per_epoch(corpus: Corpus) -> None:
     tokens = corpus.stream
     batches = list(loader)
     for step in (0, 1, len(batches) - 1):
-        pieces = stream.step_rows(0, step)
+        _, pieces = stream.step_rows(0, step)
         got = batches[step]["input_ids"]
         for row, piece in enumerate(pieces.tolist()):
             start = int(source.pieces.starts[piece])
@@ -271,11 +271,21 @@ def test_any_corpus_steps_hold_their_tokens_and_pieces_once(
         assert "no length has enough pieces" in str(exc) or "no piece" in str(exc)
         return
     seen: list[int] = []
+    batches, states = [], []
     for batch in loader:
         assert batch["input_ids"].numel() * world == tokens
         seen += batch["sample_index"].tolist()
+        batches.append(batch["input_ids"].tolist())
+        states.append(loader.state_dict())
     assert len(seen) == len(set(seen))
     assert loader.stats()["sources"]["web"]["tokens"] == len(loader) * tokens
+    # a state saved after any batch resumes on the next one, here at world size 1
+    at = seed % len(batches)
+    whole = streamload.build_loader(cfg)
+    whole.load_state_dict(states[at])
+    rest = [b["input_ids"] for b in whole]  # the last rank holds each step's last rows
+    mine = [r[-len(b) :].tolist() for r, b in zip(rest, batches[at + 1 :], strict=True)]
+    assert mine == batches[at + 1 :]
 
 
 def test_loss_masks_from_data_mask_labels(tmp_path: Any) -> None:
@@ -297,3 +307,83 @@ def test_loss_masks_from_data_mask_labels(tmp_path: Any) -> None:
         expected = np.where(trained(labels), labels, -100)
         assert got["labels"].tolist() == expected.tolist()
         assert torch.equal(got["input_ids"], want["input_ids"])
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> tuple[Corpus, Corpus]:
+    root = tmp_path_factory.mktemp("vslmix")
+    long = write_corpus(root / "long", [9000, 3000], mean_doc_len=90.0, seed=4)
+    short = write_corpus(root / "short", [4000], mean_doc_len=12.0, seed=5)
+    return long, short
+
+
+def mixture(two: tuple[Corpus, Corpus], weights: tuple[float, float]) -> dict[str, Any]:
+    long, short = two
+    return {
+        "seq_len": 64,
+        "eos_token_id": 0,
+        "sources": [
+            {"name": "long", "path": str(long.folder), "weight": weights[0]},
+            {"name": "short", "path": str(short.folder), "weight": weights[1]},
+        ],
+        "sampling": {"mode": "vsl", "min_seq_len": 4, "tokens_per_batch": 512},
+    }
+
+
+def test_a_mixture_splits_each_step_by_weight(two: tuple[Corpus, Corpus]) -> None:
+    cfg = mixture(two, (0.25, 0.75))
+    loader = streamload.build_loader(cfg)
+    stream = loader.stream
+    has = [[s.pieces.count(k) > 0 for s in stream.sources] for k in range(len(stream.lengths))]
+    deviation = np.zeros(2)
+    for batch in loader:
+        rows, length = batch["input_ids"].shape
+        assert rows * length == 512
+        counts = np.bincount(batch["source_ids"].numpy(), minlength=2)
+        bucket = stream.lengths.index(length)
+        if all(has[bucket]):  # both sources: floor or ceil of the weight's rows
+            want = np.array([0.25, 0.75]) * rows
+            assert (np.abs(counts - want) < 1).all()
+            deviation[0] += counts[0] - want[0]
+        else:  # a source without pieces of this length gives its rows to the other
+            assert counts[int(np.argmax(has[bucket]))] == rows
+    assert abs(deviation[0]) < len(stream.lengths)  # cumulative rounding: under a row per length
+    # rows are the sources' data: each row is L + 1 tokens of its source at its piece's start
+    first = next(iter(streamload.build_loader(cfg)))
+    sources, pieces = stream.step_rows(0, 0)
+    for row, (s, piece) in enumerate(zip(sources.tolist(), pieces.tolist(), strict=True)):
+        start = int(stream.sources[s].pieces.starts[piece])
+        tokens = two[s].stream[start : start + first["input_ids"].shape[1]]
+        assert first["input_ids"][row].tolist() == tokens.astype(np.int64).tolist()
+        assert int(first["source_ids"][row]) == s
+
+
+def test_a_mixture_resumes_exactly_on_another_world_size(two: tuple[Corpus, Corpus]) -> None:
+    cfg = mixture(two, (0.5, 0.5))
+    reference = epoch(cfg, 2, 1)
+    assert_resumes_exactly(
+        lambda: streamload.build_loader(cfg, world_size=2, rank=1),
+        save_points=[0, 3, len(reference) - 1],
+        passes=2,
+    )
+    saved = streamload.build_loader(cfg, world_size=2, rank=1)
+    it = iter(saved)
+    for _ in range(4):
+        next(it)
+    state = saved.state_dict()
+    assert state["fingerprint"]["vsl"]["weights"] == [0.5, 0.5]
+    whole = epoch(cfg)[4:]
+    resumed = streamload.build_loader(cfg)
+    resumed.load_state_dict(state)
+    assert [b["input_ids"].tolist() for b in resumed] == [b["input_ids"].tolist() for b in whole]
+    other = streamload.build_loader(mixture(two, (0.4, 0.6)))
+    with pytest.raises(StateError, match="weights"):
+        other.load_state_dict(state)
+
+
+def test_a_schedule_is_refused_in_vsl_mode(two: tuple[Corpus, Corpus]) -> None:
+    cfg = mixture(two, (0.5, 0.5)) | {
+        "schedule": [{"start_step": 3, "weights": {"long": 1, "short": 0}}]
+    }
+    with pytest.raises(ConfigError, match="schedule"):
+        streamload.load_config(cfg)
