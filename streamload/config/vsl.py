@@ -139,6 +139,13 @@ def check_vsl_config(config: DataConfig) -> None:
             f"sampling.tokens_per_batch = {tokens} is not a multiple of max_seq_len = {top}: "
             "every global batch holds tokens_per_batch / L pieces of its length L"
         )
+    for source in config.sources:
+        if source.policy.value != "repeat" or source.max_epochs is not None:
+            raise ConfigError(
+                f"source {source.name!r}: policy = 'stop' and max_epochs are not built for "
+                "mode = 'vsl' yet (a pass is one epoch of the curriculum; a mixture's sources "
+                "repeat their pieces); remove them"
+            )
     if config.schedule:
         raise ConfigError(
             "[[schedule]] with mode = 'vsl': weight phases of vsl mixtures are not built yet "

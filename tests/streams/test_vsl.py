@@ -387,3 +387,10 @@ def test_a_schedule_is_refused_in_vsl_mode(two: tuple[Corpus, Corpus]) -> None:
     }
     with pytest.raises(ConfigError, match="schedule"):
         streamload.load_config(cfg)
+
+
+def test_source_policies_are_refused_in_vsl_mode(two: tuple[Corpus, Corpus]) -> None:
+    cfg = mixture(two, (0.5, 0.5))
+    cfg["sources"][1]["max_epochs"] = 2
+    with pytest.raises(ConfigError, match="source 'short': policy = 'stop' and max_epochs"):
+        streamload.load_config(cfg)
