@@ -6,6 +6,12 @@ and a glob its matches; both are sorted lexicographically by the full path strin
 KempnerForge does (``tokenized_10.bin`` sorts before ``tokenized_2.bin``); hidden files
 (``.name``) are skipped. A single file is itself. Only listing and header bytes are read
 here, never token data.
+
+Folders that record their own order are listed in it instead: a ``save_to_disk`` folder by
+its ``state.json`` (:mod:`streamload.formats._arrow_folder`), an MDS or LitData folder by its
+``index.json`` (:mod:`streamload.formats._index_json`: ``chunk-0-2.bin`` before
+``chunk-0-10.bin``, MDS shards of 0 samples left out). A glob's matches in such a folder keep
+their slots in the sorted matches and take the index's order among themselves.
 """
 
 from __future__ import annotations
@@ -26,6 +32,13 @@ from streamload.formats._arrow_folder import (
     check_data_files,
     check_token_feature,
     data_files,
+)
+from streamload.formats._index_json import (
+    INDEX_NAME,
+    INDEXED_SUFFIXES,
+    IndexedShards,
+    load_folder_index,
+    order_by_index,
 )
 from streamload.formats.base import ListedFile
 from streamload.formats.mask_names import is_mask_name
@@ -51,6 +64,10 @@ TOKEN_SUFFIXES = (
 listed)."""
 
 _GLOB_CHARS = "*?["
+_MDS_SUFFIXES = (".mds", ".mds.zstd", ".mds.gz")
+
+FolderIndexes = dict[str, IndexedShards | None]
+"""Each folder's MDS or LitData index (``None``: none), looked up once per listing."""
 
 
 def source_filesystem(
@@ -117,12 +134,14 @@ def list_entries(
     """
     files: list[ListedFile] = []
     what = "loss-mask files" if masks else "token files"
+    indexes: FolderIndexes = {}
     for raw, entry in zip(raws, entries, strict=True):
         column = None if masks else column_name(source.column)
-        infos = retrying(storage, f"listing {raw}", _expand, fs, entry, column)
+        infos = retrying(storage, f"listing {raw}", _expand, fs, entry, column, indexes)
         found = [_listed(fs, i, rel, storage) for i, rel in infos]
         if not found:
-            looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)})"
+            looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)}"
+            looked += "; MDS shards of 0 samples are left out)" if looked else ""
             raise ConfigError(f"source {source.name!r}: {raw!r} holds no {what}{looked}")
         files.extend(found)
     seen: set[str] = set()
@@ -148,12 +167,15 @@ def _is_token_file(fs: Any, info: dict[str, Any]) -> bool:
     return not is_mask_name(posixpath.basename(info["name"])) and _is_file(fs, info)
 
 
-def _expand(fs: Any, entry: str, column: str | None) -> list[tuple[dict[str, Any], str]]:
+def _expand(
+    fs: Any, entry: str, column: str | None, indexes: FolderIndexes
+) -> list[tuple[dict[str, Any], str]]:
     """The listed entries (fsspec infos) of one path entry, each with its relative path, in
     listing order: one attempt of a few requests (exists/isdir/isfile, then ls/glob/info).
     Without a token ``column`` a folder or glob lists every file (the loss masks a source
     names), else its token files; a ``save_to_disk`` folder's are checked against and
-    ordered by its ``state.json`` (:func:`_save_to_disk_order`)."""
+    ordered by its ``state.json`` (:func:`_save_to_disk_order`), an MDS or LitData folder's
+    by its ``index.json`` (:func:`_index_order`)."""
     keep = _is_file if column is None else _is_token_file
     # An existing path wins over a glob reading, so a folder named "run[1]" works.
     if any(c in entry for c in _GLOB_CHARS) and not fs.exists(entry):
@@ -161,6 +183,8 @@ def _expand(fs: Any, entry: str, column: str | None) -> list[tuple[dict[str, Any
         root = root if root.endswith("/") else posixpath.dirname(root)
         infos = fs.glob(entry, detail=True).values()
         files = sorted((i for i in infos if keep(fs, i)), key=_name)
+        if column is not None:
+            files = _index_order(fs, files, indexes, None)
     elif fs.isdir(entry):
         root = entry
         listed = fs.ls(entry, detail=True)
@@ -171,8 +195,14 @@ def _expand(fs: Any, entry: str, column: str | None) -> list[tuple[dict[str, Any
         files = [i for i in files if keep(fs, i)]
         if column is not None:
             files = _save_to_disk_order(fs, entry, listed, files, column)
+            names = {posixpath.basename(i["name"]) for i in listed}
+            files = _index_order(fs, files, indexes, INDEX_NAME in names)
     elif fs.isfile(entry):
-        return [_single(fs, entry)]
+        single = _single(fs, entry)
+        mds = column is not None and entry.endswith(_MDS_SUFFIXES)
+        if mds and not _index_order(fs, [single[0]], indexes, None):
+            return []  # an MDS shard of 0 samples
+        return [single]
     elif fs.isfile(entry + ".bin"):  # a Megatron path prefix: data/web_text_document
         return [_single(fs, entry + ".bin")]
     else:
@@ -204,6 +234,46 @@ def _save_to_disk_order(
         check_token_feature(fs.cat_file(info), column, info)
     rank = {name: at for at, name in enumerate(expected)}
     return sorted(files, key=lambda i: (rank.get(posixpath.basename(i["name"]), -1), i["name"]))
+
+
+def _index_order(
+    fs: Any, files: list[dict[str, Any]], indexes: FolderIndexes, indexed: bool | None
+) -> list[dict[str, Any]]:
+    """``files`` (sorted) with those of each folder holding an MDS or LitData ``index.json``
+    in its order, in the slots they had, and without its empty shards
+    (:func:`~streamload.formats._index_json.order_by_index`).
+
+    Args:
+        fs: The file system.
+        files: The listed files, sorted by name.
+        indexes: The folders' indexes looked up so far in this listing (updated).
+        indexed: For a whole folder, whether its listing holds an ``index.json`` (all its
+            shards must then be there); ``None`` for a glob's matches or a single file (some
+            files of their folders), whose folders are looked up.
+    """
+    slots: dict[str, list[int]] = {}
+    for at, info in enumerate(files):
+        slots.setdefault(posixpath.dirname(info["name"]), []).append(at)
+    kept: list[dict[str, Any] | None] = list(files)
+    for folder, places in slots.items():
+        if indexed is None and not any(
+            files[at]["name"].endswith(INDEXED_SUFFIXES) for at in places
+        ):
+            continue  # no file an index orders: no request for this folder
+        if folder not in indexes:
+            exists = indexed if indexed is not None else fs.isfile(f"{folder}/{INDEX_NAME}")
+            url = fs.unstrip_protocol(folder)  # what load_index reads: local path or URL
+            indexes[folder] = load_folder_index(fs, url) if exists else None
+        index = indexes[folder]
+        if index is None:
+            continue
+        by_name = {posixpath.basename(files[at]["name"]): files[at] for at in places}
+        order = order_by_index(list(by_name), index, folder, complete=indexed is not None)
+        for at in places:
+            kept[at] = None
+        for at, name in zip(places, order, strict=False):  # fewer: empty shards left out
+            kept[at] = by_name[name]
+    return [i for i in kept if i is not None]
 
 
 def _single(fs: Any, path: str) -> tuple[dict[str, Any], str]:

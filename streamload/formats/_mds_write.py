@@ -10,8 +10,8 @@
 * a sample goes into a new shard when ``size_limit < 8 + len(config) + Σ (len(sample) + 4)``
   with it, so a shard is at most ``size_limit`` bytes unless one sample alone is larger
   (one difference: when the very first sample is larger than the limit, MDSWriter first
-  writes an empty ``shard.00000.mds``, which streamload does not: a shard of no tokens is
-  refused by readers, and the samples are the same);
+  writes an empty ``shard.00000.mds``, which streamload does not: it holds no samples, the
+  listing skips it, and the samples are the same);
 * with ``compression`` (``zstd`` or ``zstd:LEVEL``, level 3 by default, as Streaming's
   ``zstd.compress``) the file is ``shard.NNNNN.mds.zstd`` and the index lists both sizes;
 * ``index.json`` is ``json.dump({"shards": [...], "version": 2}, sort_keys=True)``, each

@@ -5,7 +5,9 @@ A folder holds ``index.json`` and ``chunk-{rank}-{i}.bin`` files. A chunk is
 ``u32 N``, ``u32 offsets[N + 1]`` (absolute byte offsets, ``offsets[0] = 4·(N + 2)``), then
 the N items back to back, each a raw token array without a header. So a chunk's tokens are
 one contiguous array at byte ``4·(N + 2)``: each chunk is one shard, memory-mapped (or read by
-range when remote) exactly like a NumPy shard, and a folder is one token stream.
+range when remote) exactly like a NumPy shard, and a folder is one token stream, its chunks
+in the order of the index's ``chunks`` (:mod:`streamload.formats._index_json`; names sort
+``chunk-0-10.bin`` before ``chunk-0-2.bin``).
 
 Documents: ``TokensLoader`` ignores item boundaries (its blocks run across items) and so does
 streamload: like a NumPy folder, documents are found at ``eos_token_id`` (put the EOS in the

@@ -18,6 +18,10 @@ an uncompressed header (``u32 n``, then offsets whose first lies past the ``4·(
 table by the size of the shard's JSON config). ``describe`` then requires the index to be an
 MDS index listing the file, with the listed size.
 
+A folder is listed in the order of its index's ``shards``, without the shards of 0 samples
+(:mod:`streamload.formats._index_json`): ``MDSWriter`` writes an empty ``shard.00000.mds``
+when the first sample passes its size limit, and no shard holding no tokens is described.
+
 :class:`MdsWriter` writes what ``streamload convert --to mds`` publishes: a folder of
 ``MDSWriter``'s layout (:mod:`streamload.formats._mds_write`), one sample per document in a
 ``tokens`` column encoded ``ndarray:<dtype>`` (LLM Foundry's ``convert_dataset_hf

@@ -105,7 +105,10 @@ def edit_index(folder: Path, edit: Any) -> None:
         (lambda ix: ix["config"].update(data_format=["pickle", "int"]), "expected one entry"),
         (lambda ix: ix["chunks"][0].update(chunk_size=3), "says 3 items of 7 int32 tokens"),
         (lambda ix: ix["chunks"][0].update(dim=6), "the file is not what the index"),
-        (lambda ix: ix["chunks"][0].update(filename="other.bin"), "not listed in the index"),
+        (
+            lambda ix: ix["chunks"][0].update(filename="other.bin"),
+            r"missing: other\.bin; not listed there: chunk-0-0\.bin",
+        ),
         (lambda ix: ix["chunks"][1].update(dim="8"), r"chunks\[1\]: field 'dim' is '8'"),
         (lambda ix: ix.pop("config"), "field 'config' is None"),
     ],
@@ -115,6 +118,13 @@ def test_bad_index_is_refused(tmp_path: Path, edit: Any, message: str) -> None:
     edit_index(folder, edit)
     with pytest.raises(FormatError, match=message):
         describe(folder, format="litdata")
+
+
+def test_a_chunk_named_alone_is_checked_against_the_index(tmp_path: Path) -> None:
+    folder = copy_of(tmp_path)
+    edit_index(folder, lambda ix: ix["chunks"][0].update(filename="other.bin"))
+    with pytest.raises(FormatError, match=r"chunk-0-0\.bin: not listed in the index\.json"):
+        describe(folder / "chunk-0-0.bin")
 
 
 def test_damaged_chunks_and_dtype_mismatch_are_refused(tmp_path: Path) -> None:

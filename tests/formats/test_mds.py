@@ -223,7 +223,10 @@ def test_an_array_header_cut_short_is_refused(tmp_path: Path) -> None:
         (lambda ix: ix["shards"][0].update(format="jsonl"), "'mds' shards only"),
         (lambda ix: ix["shards"][0].update(compression="br"), "compression 'br' is not read"),
         (lambda ix: ix["shards"][0].update(samples=9), "header says 4 samples"),
-        (lambda ix: ix["shards"][0]["raw_data"].update(basename="x.mds"), "not listed in"),
+        (
+            lambda ix: ix["shards"][0]["raw_data"].update(basename="x.mds"),
+            r"missing: x\.mds; not listed there: shard\.00000\.mds",
+        ),
         (lambda ix: ix["shards"][0].update(column_sizes=[None]), "three lists"),
     ],
 )

@@ -75,13 +75,12 @@ def test_every_format_to_each_new_target_and_back_is_identical(
 
 
 def _small(target: str) -> WriteOptions:
-    """Options that cut a small corpus into several files (LitData: at most 10 chunks, which a
-    folder lists in index order)."""
+    """Options that cut a small corpus into several files."""
     if target == "mds":
         return WriteOptions(size_limit=400)
     if target == "parquet":
         return WriteOptions(max_file_bytes=100)
-    return WriteOptions(chunk_bytes=1000)
+    return WriteOptions(chunk_bytes=100)  # up to 20 chunks: chunk-0-10.bin and on
 
 
 def test_cli_writes_each_target_and_reads_it_back(
