@@ -146,11 +146,6 @@ def check_vsl_config(config: DataConfig) -> None:
                 "mode = 'vsl' yet (a pass is one epoch of the curriculum; a mixture's sources "
                 "repeat their pieces); remove them"
             )
-    if config.schedule:
-        raise ConfigError(
-            "[[schedule]] with mode = 'vsl': weight phases of vsl mixtures are not built yet "
-            "(a vsl mixture keeps its [[sources]] weights); remove the schedule"
-        )
     slots = config.grad_accum_steps * (tokens // top)
     if config.global_batch_size is None:
         object.__setattr__(config, "global_batch_size", slots)

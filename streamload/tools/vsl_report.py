@@ -26,7 +26,7 @@ __all__ = [
 
 def step_lengths(stream: VslStream, pass_index: int = 0) -> np.ndarray:
     """int64 ``[steps]``: inputs per row of every step of pass ``pass_index``."""
-    buckets = stream.pass_buckets(pass_index)
+    buckets, _ = stream.pass_steps(pass_index)
     return np.asarray(stream.lengths, dtype=np.int64)[buckets]
 
 
@@ -65,8 +65,14 @@ def vsl_report(stream: VslStream) -> dict[str, Any]:
         "segments": segments,
         "sources": sources,
     }
-    if not single:
-        report["weights"] = dict(zip([s.name for s in stream.sources], stream.weights, strict=True))
+    if stream.config.is_mixture:
+        names = [s.name for s in stream.sources]
+        phases = stream.schedule
+        report["weights"] = dict(zip(names, phases[0].weights, strict=True))
+        report["schedule"] = [
+            {"start_step": p.start_step, "weights": dict(zip(names, p.weights, strict=True))}
+            for p in phases
+        ]
     return report
 
 

@@ -283,9 +283,12 @@ def test_any_corpus_steps_hold_their_tokens_and_pieces_once(
     at = seed % len(batches)
     whole = streamload.build_loader(cfg)
     whole.load_state_dict(states[at])
-    rest = [b["input_ids"] for b in whole]  # the last rank holds each step's last rows
-    mine = [r[-len(b) :].tolist() for r, b in zip(rest, batches[at + 1 :], strict=True)]
-    assert mine == batches[at + 1 :]
+    left = len(batches) - at - 1  # a state at the pass end resumes with the next pass
+    rest = [b["input_ids"] for b in whole][: left or None]
+    assert len(rest) == left or (left == 0 and len(rest) == len(batches))
+    if left:  # the last rank holds each step's last rows
+        mine = [r[-len(b) :].tolist() for r, b in zip(rest, batches[at + 1 :], strict=True)]
+        assert mine == batches[at + 1 :]
 
 
 def test_loss_masks_from_data_mask_labels(tmp_path: Any) -> None:
@@ -341,13 +344,13 @@ def test_a_mixture_splits_each_step_by_weight(two: tuple[Corpus, Corpus]) -> Non
         assert rows * length == 512
         counts = np.bincount(batch["source_ids"].numpy(), minlength=2)
         bucket = stream.lengths.index(length)
-        if all(has[bucket]):  # both sources: floor or ceil of the weight's rows
+        if all(has[bucket]):  # both sources: the weight's rows, to within two
             want = np.array([0.25, 0.75]) * rows
-            assert (np.abs(counts - want) < 1).all()
+            assert (np.abs(counts - want) <= 2).all()
             deviation[0] += counts[0] - want[0]
         else:  # a source without pieces of this length gives its rows to the other
             assert counts[int(np.argmax(has[bucket]))] == rows
-    assert abs(deviation[0]) < len(stream.lengths)  # cumulative rounding: under a row per length
+    assert abs(deviation[0]) <= 2 * len(stream.lengths)  # row patterns: two rows per length
     # rows are the sources' data: each row is L + 1 tokens of its source at its piece's start
     first = next(iter(streamload.build_loader(cfg)))
     sources, pieces = stream.step_rows(0, 0)
@@ -371,22 +374,52 @@ def test_a_mixture_resumes_exactly_on_another_world_size(two: tuple[Corpus, Corp
     for _ in range(4):
         next(it)
     state = saved.state_dict()
-    assert state["fingerprint"]["vsl"]["weights"] == [0.5, 0.5]
+    assert state["fingerprint"]["vsl"]["schedule"] == [[0, [0.5, 0.5]]]
     whole = epoch(cfg)[4:]
     resumed = streamload.build_loader(cfg)
     resumed.load_state_dict(state)
     assert [b["input_ids"].tolist() for b in resumed] == [b["input_ids"].tolist() for b in whole]
     other = streamload.build_loader(mixture(two, (0.4, 0.6)))
-    with pytest.raises(StateError, match="weights"):
+    with pytest.raises(StateError, match=r"vsl\.schedule"):
         other.load_state_dict(state)
 
 
-def test_a_schedule_is_refused_in_vsl_mode(two: tuple[Corpus, Corpus]) -> None:
+def test_a_schedule_changes_the_weights_at_its_step(two: tuple[Corpus, Corpus]) -> None:
     cfg = mixture(two, (0.5, 0.5)) | {
-        "schedule": [{"start_step": 3, "weights": {"long": 1, "short": 0}}]
+        "schedule": [{"start_step": 6, "weights": {"long": 1, "short": 0}}]
     }
-    with pytest.raises(ConfigError, match="schedule"):
-        streamload.load_config(cfg)
+    loader = streamload.build_loader(cfg)
+    stream = loader.stream
+    batches = list(loader)
+    for step, batch in enumerate(batches):
+        length = batch["input_ids"].shape[1]
+        has = [s.pieces.count(stream.lengths.index(length)) > 0 for s in stream.sources]
+        counts = np.bincount(batch["source_ids"].numpy(), minlength=2)
+        if step >= 6 and has[0]:
+            assert counts[1] == 0  # the phase's weights from its first step on
+        elif all(has):
+            assert abs(int(counts[0]) - int(counts[1])) <= 1
+    # exact resume before, at and after the phase start, at another world size
+    for at in (3, 6, 9):
+        saved = streamload.build_loader(cfg)
+        it = iter(saved)
+        for _ in range(at):
+            next(it)
+        half = streamload.build_loader(cfg, world_size=2, rank=1)
+        half.load_state_dict(saved.state_dict())
+        got = [b["input_ids"] for b in half]
+        want = [b["input_ids"][b["input_ids"].shape[0] // 2 :] for b in batches[at:]]
+        assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    # a phase may be added for the future between a save and a resume
+    early = streamload.build_loader(mixture(two, (0.5, 0.5)))
+    it = iter(early)
+    for _ in range(3):
+        next(it)
+    later = streamload.build_loader(cfg)
+    later.load_state_dict(early.state_dict())
+    assert [b["input_ids"].tolist() for b in later] == [
+        b["input_ids"].tolist() for b in batches[3:]
+    ]
 
 
 def test_source_policies_are_refused_in_vsl_mode(two: tuple[Corpus, Corpus]) -> None:
