@@ -15,7 +15,7 @@ from streamload.config.checks import (
     show,
     to_enum,
 )
-from streamload.config.vsl import VslCurriculum, check_vsl_sampling
+from streamload.config.vsl import CurriculumPhase, VslCurriculum, check_vsl_sampling
 from streamload.errors import ConfigError
 
 __all__ = [
@@ -153,7 +153,7 @@ class SamplingConfig:
     min_seq_len: int | None = None
     max_seq_len: int | None = None
     tokens_per_batch: int | None = None
-    curriculum: VslCurriculum = VslCurriculum.NATURAL
+    curriculum: VslCurriculum | tuple[CurriculumPhase, ...] = VslCurriculum.NATURAL
     num_cycles: int | None = None
 
     def __post_init__(self) -> None:

@@ -15,15 +15,24 @@ split and the state count slots and stay exact and elastic (docs/design.md §3.0
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streamload.config.checks import check_int, show, to_enum
+from streamload.config.checks import check_int, check_number, show, to_enum
 from streamload.errors import ConfigError
 
 if TYPE_CHECKING:
     from streamload.config.data import DataConfig
 
-__all__ = ["VslCurriculum", "check_vsl_config", "check_vsl_sampling", "default_cycles"]
+__all__ = [
+    "CurriculumPhase",
+    "VslCurriculum",
+    "check_vsl_config",
+    "check_vsl_sampling",
+    "curriculum_name",
+    "default_cycles",
+    "table_weights",
+]
 
 
 class VslCurriculum(str, enum.Enum):
@@ -40,6 +49,73 @@ class VslCurriculum(str, enum.Enum):
     """``grow_p2`` repeated ``num_cycles`` times per epoch (default 8, OLMo-core's default)."""
 
 
+@dataclass(frozen=True)
+class CurriculumPhase:
+    """One entry of a table curriculum (``[[sampling.curriculum]]``): from epoch step
+    ``start_step`` on, the batches are drawn by ``weights`` per length.
+
+    Args:
+        start_step: First step of the phase, counted from the start of each epoch (the
+            first phase starts at 0).
+        weights: Weight of each length, by the length as a string (``"256" = 4``); lengths
+            not named have weight 0.
+    """
+
+    start_step: int
+    weights: dict[str, float]
+
+    def __post_init__(self) -> None:
+        check_int(self.start_step, "sampling.curriculum.start_step", 0)
+        where = f"sampling.curriculum at start_step {self.start_step}"
+        if not isinstance(self.weights, dict) or not self.weights:
+            raise ConfigError(
+                f"{where}: weights = {show(self.weights)} must be a table of length = weight "
+                '(e.g. {"256" = 4, "512" = 1})'
+            )
+        for key, weight in self.weights.items():
+            if not isinstance(key, str) or not key.isdigit():
+                raise ConfigError(f"{where}: weights key {show(key)} must be a length like '256'")
+            check_number(weight, f"{where}: weight of length {key}", 0)
+        if not any(w > 0 for w in self.weights.values()):
+            raise ConfigError(f"{where}: all weights are 0; at least one must be positive")
+
+
+Curriculum = VslCurriculum | tuple[CurriculumPhase, ...]
+
+
+def curriculum_name(curriculum: Curriculum) -> str:
+    """``natural``, ``grow_p2``, … or ``table``."""
+    return curriculum.value if isinstance(curriculum, VslCurriculum) else "table"
+
+
+def table_weights(
+    phases: tuple[CurriculumPhase, ...], lengths: tuple[int, ...]
+) -> list[list[float]]:
+    """Each phase's weight of each length (ascending lengths)."""
+    return [[float(p.weights.get(str(n), 0.0)) for n in lengths] for p in phases]
+
+
+def _table(value: Any) -> tuple[CurriculumPhase, ...]:
+    """A table curriculum from its config entries (checked)."""
+    phases = []
+    for index, entry in enumerate(value):
+        if isinstance(entry, CurriculumPhase):
+            phases.append(entry)
+            continue
+        if not isinstance(entry, dict) or set(entry) != {"start_step", "weights"}:
+            raise ConfigError(
+                f"sampling.curriculum[{index}] = {show(entry)} must be a table with exactly "
+                "start_step and weights"
+            )
+        phases.append(CurriculumPhase(**entry))
+    starts = [p.start_step for p in phases]
+    if not starts or starts[0] != 0 or starts != sorted(set(starts)):
+        raise ConfigError(
+            f"sampling.curriculum start_step values {starts} must begin at 0 and strictly increase"
+        )
+    return tuple(phases)
+
+
 _VSL_KEYS = ("min_seq_len", "max_seq_len", "tokens_per_batch", "num_cycles")
 """``[sampling]`` keys that only ``vsl`` mode reads (``curriculum`` has a default)."""
 
@@ -47,7 +123,7 @@ MAX_BUCKETS = 24
 """Lengths from ``min_seq_len`` to ``max_seq_len`` may span at most this many powers of two."""
 
 
-def default_cycles(curriculum: VslCurriculum) -> int:
+def default_cycles(curriculum: Any) -> int:
     """Cycles per epoch when ``num_cycles`` is unset."""
     return 8 if curriculum is VslCurriculum.CYCLIC_P2 else 1
 
@@ -57,9 +133,12 @@ def check_vsl_sampling(sampling: Any) -> None:
     outside vsl mode, refuse them when set."""
     from streamload.config.options import SamplingMode
 
-    object.__setattr__(
-        sampling, "curriculum", to_enum(VslCurriculum, sampling.curriculum, "sampling.curriculum")
-    )
+    value = sampling.curriculum
+    if isinstance(value, (list, tuple)):
+        curriculum: Curriculum = _table(value)
+    else:
+        curriculum = to_enum(VslCurriculum, value, "sampling.curriculum")
+    object.__setattr__(sampling, "curriculum", curriculum)
     if sampling.mode is not SamplingMode.VSL:
         given = [k for k in _VSL_KEYS if getattr(sampling, k) is not None]
         if sampling.curriculum is not VslCurriculum.NATURAL:
@@ -82,10 +161,13 @@ def check_vsl_sampling(sampling: Any) -> None:
     check_int(sampling.tokens_per_batch, "sampling.tokens_per_batch", 1)
     if sampling.num_cycles is not None:
         check_int(sampling.num_cycles, "sampling.num_cycles", 1)
-        if sampling.curriculum is VslCurriculum.NATURAL:
+        if not isinstance(sampling.curriculum, VslCurriculum) or (
+            sampling.curriculum is VslCurriculum.NATURAL
+        ):
+            name = curriculum_name(sampling.curriculum)
             raise ConfigError(
                 f"sampling.num_cycles = {sampling.num_cycles} has no meaning with curriculum = "
-                "'natural' (one shuffle of the whole epoch); use grow_p2, grow_linear or cyclic_p2"
+                f"{name!r}; use grow_p2, grow_linear or cyclic_p2"
             )
     _refuse_other_keys(sampling)
 
@@ -134,6 +216,15 @@ def check_vsl_config(config: DataConfig) -> None:
             f"sampling.min_seq_len = {low} to max_seq_len = {top} spans more than "
             f"{MAX_BUCKETS} powers of two; raise min_seq_len"
         )
+    if not isinstance(sampling.curriculum, VslCurriculum):
+        allowed = {str(1 << k) for k in range(low.bit_length() - 1, top.bit_length())}
+        for phase in sampling.curriculum:
+            wrong = sorted(set(phase.weights) - allowed, key=int)
+            if wrong:
+                raise ConfigError(
+                    f"sampling.curriculum at start_step {phase.start_step}: length(s) "
+                    f"{', '.join(wrong)} are not among the lengths {low}..{top} (powers of two)"
+                )
     if tokens % top:
         raise ConfigError(
             f"sampling.tokens_per_batch = {tokens} is not a multiple of max_seq_len = {top}: "

@@ -17,6 +17,10 @@ used at most once per epoch and the realized share of each length is exactly its
   ``grow_p2``/``cyclic_p2`` or ``e`` for ``grow_linear``, ``e`` from OLMo-core's rotation
   (:func:`growth_odds`). Counts are apportioned by largest remainders, so they always add
   up (OLMo-core rounds each share and can hand out more batches than a bucket has).
+* A **table** (``[[sampling.curriculum]]``): phases from epoch steps ``start_step`` on, each
+  one segment whose batches are apportioned by the phase's weights per length; a length
+  whose batches are used up gives its share to the others (:func:`table_order`), and the last
+  phase holds whatever is left.
 * Inside a bucket, batch ``i`` of the epoch takes the bucket's pieces at positions
   ``[i·R, (i+1)·R)`` of the bucket's own keyed permutation (key: seed, epoch, source, length).
 
@@ -26,6 +30,7 @@ steps is ever built, so resuming at step ``s`` computes only step ``s``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,7 +38,7 @@ import numpy as np
 
 from streamload.plan.permutation import KeyedPermutation, derive_key
 
-__all__ = ["CURRICULA", "EpochOrder", "apportion", "epoch_order", "growth_odds"]
+__all__ = ["CURRICULA", "EpochOrder", "apportion", "epoch_order", "growth_odds", "table_order"]
 
 CURRICULA = ("natural", "grow_p2", "grow_linear", "cyclic_p2")
 
@@ -166,3 +171,47 @@ def epoch_order(batches: Sequence[int], curriculum: str, cycles: int = 1) -> Epo
         for c, per_cycle in enumerate(apportion(int(left[b]), [1.0] * cycles).tolist()):
             counts[c * k : (c + 1) * k, b] = apportion(per_cycle, odds)
     return EpochOrder(head, counts)
+
+
+def table_order(batches: Sequence[int], starts: Sequence[int], weights: np.ndarray) -> EpochOrder:
+    """The order of a table curriculum: phase ``p`` holds the epoch's steps from
+    ``starts[p]`` (``starts[0] = 0``, increasing) to the next start, its batches apportioned
+    by ``weights[p]`` (per bucket) among the buckets with batches left, capped by what is
+    left; the last phase takes all that is left.
+
+    Raises:
+        ValueError: ``starts`` does not begin at 0 and increase, or shapes disagree.
+    """
+    left = np.asarray(batches, dtype=np.int64).copy()
+    w = np.asarray(weights, dtype=np.float64)
+    if list(starts[:1]) != [0] or any(b <= a for a, b in itertools.pairwise(starts)):
+        raise ValueError(f"starts {list(starts)}: expected 0, then increasing")
+    if w.shape != (len(starts), left.size):
+        raise ValueError(f"weights of shape {w.shape}: expected {(len(starts), left.size)}")
+    total = int(left.sum())
+    head = left.size - 1 if left.size and left[-1] > 0 else -1
+    if head >= 0:
+        left[head] -= 1
+    bounds = [min(max(int(a), int(head >= 0)), total) for a in starts] + [total]
+    counts = np.zeros((len(starts), left.size), dtype=np.int64)
+    for p in range(len(starts)):
+        size = bounds[p + 1] - bounds[p]
+        counts[p] = left.copy() if p == len(starts) - 1 else _capped(size, w[p], left)
+        left -= counts[p]
+    return EpochOrder(head, counts)
+
+
+def _capped(size: int, weights: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """``size`` batches by ``weights`` among buckets with batches left, none above ``left``
+    (what a full bucket cannot take goes to the others by weight, else by what they hold)."""
+    out = np.zeros(left.size, dtype=np.int64)
+    size = min(size, int(left.sum()))
+    while size > 0:
+        room = left - out
+        w = np.where(room > 0, weights, 0.0)
+        if w.sum() <= 0:
+            w = room.astype(np.float64)
+        more = np.minimum(apportion(size, w.tolist()), room)
+        out += more
+        size -= int(more.sum())
+    return out

@@ -32,11 +32,11 @@ import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
-from streamload.config.vsl import default_cycles
+from streamload.config.vsl import default_cycles, table_weights
 from streamload.errors import ConfigError
 from streamload.plan.mixture import Phase, phase_at
 from streamload.plan.passes import PassPlan
-from streamload.plan.vsl_curriculum import epoch_order
+from streamload.plan.vsl_curriculum import epoch_order, table_order
 from streamload.streams.chunks import (
     ChunkPlan,
     TokenChunk,
@@ -85,8 +85,14 @@ class VslStream(ConcatStream):
         self.epoch_pieces = counts if not single else np.array([self.batches]) * self.rows
         """Pieces of bucket k an epoch of source s uses (a mixture: all of them)."""
         self.schedule = _phases(config) if config.is_mixture else (Phase(0, (1.0,)),)
-        cycles = sampling.num_cycles or default_cycles(sampling.curriculum)
-        self.order = epoch_order(self.batches, sampling.curriculum.value, cycles)
+        curriculum = sampling.curriculum
+        if isinstance(curriculum, tuple):  # a table: phases of weights per length
+            starts = [p.start_step for p in curriculum]
+            weights = np.array(table_weights(curriculum, self.lengths))
+            self.order = table_order(self.batches, starts, weights)
+        else:
+            cycles = sampling.num_cycles or default_cycles(curriculum)
+            self.order = epoch_order(self.batches, curriculum.value, cycles)
         self.slots = int(sampling.tokens_per_batch or 0) // self.seq_len
         if self.order.steps == 0:
             self._refuse_empty(counts)
@@ -265,7 +271,7 @@ class VslStream(ConcatStream):
             "min_seq_len": sampling.min_seq_len,
             "max_seq_len": self.seq_len,
             "tokens_per_batch": sampling.tokens_per_batch,
-            "curriculum": sampling.curriculum.value,
+            "curriculum": _curriculum_key(sampling.curriculum),
             "num_cycles": sampling.num_cycles or default_cycles(sampling.curriculum),
         }
         if self.config.is_mixture:  # the phases used by a delivered batch (as concat mode's)
@@ -276,3 +282,10 @@ class VslStream(ConcatStream):
             started = self.schedule[: phase_at(self.schedule, max(last, 0)) + 1]
             out["vsl"]["schedule"] = [[p.start_step, list(p.weights)] for p in started]
         return out
+
+
+def _curriculum_key(curriculum: Any) -> Any:
+    """The curriculum as plain data: its name, or a table's ``[start_step, weights]``."""
+    if isinstance(curriculum, tuple):
+        return [[p.start_step, dict(sorted(p.weights.items()))] for p in curriculum]
+    return curriculum.value

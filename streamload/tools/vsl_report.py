@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from streamload.config.vsl import curriculum_name
 from streamload.errors import ConfigError
 from streamload.streams.chunks import ChunkPlan
 from streamload.streams.vsl import VslStream
@@ -55,7 +56,7 @@ def vsl_report(stream: VslStream) -> dict[str, Any]:
         for n, p, b in zip(stream.lengths, pieces, stream.batches, strict=True)
     ]
     report: dict[str, Any] = {
-        "curriculum": sampling.curriculum.value,
+        "curriculum": curriculum_name(sampling.curriculum),
         "tokens_per_batch": tokens,
         "steps": order.steps,
         "tokens": order.steps * tokens,
@@ -157,7 +158,7 @@ def plot_curriculum(stream: VslStream, path: str) -> bool:
     top.plot(steps, lengths, ".", markersize=2)
     top.set_yscale("log", base=2)
     top.set_ylabel("sequence length")
-    top.set_title(f"{stream.config.sampling.curriculum.value} curriculum, one epoch")
+    top.set_title(f"{curriculum_name(stream.config.sampling.curriculum)} curriculum, one epoch")
     window = max(1, lengths.size // 20)
     kernel = np.ones(window) / window
     for length in stream.lengths:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import numpy as np
@@ -169,3 +170,38 @@ def test_row_patterns_are_exact_monotone_and_near_the_weights(
     sources, ranks = pattern.place(batch)
     for s in range(shares.size):  # each source's rows of the batch, ranked in order
         assert sorted(ranks[sources == s].tolist()) == list(range(counts[s]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    batches=st.lists(st.integers(0, 30), min_size=1, max_size=5),
+    starts=st.lists(st.integers(1, 120), max_size=4, unique=True),
+    data=st.data(),
+)
+def test_a_table_orders_every_batch_by_its_phases(
+    batches: list[int], starts: list[int], data: st.DataObject
+) -> None:
+    from streamload.plan.vsl_curriculum import table_order
+
+    starts = [0, *sorted(starts)]
+    weights = np.array(
+        [
+            data.draw(st.lists(st.floats(0, 5), min_size=len(batches), max_size=len(batches)))
+            for _ in starts
+        ]
+    )
+    order = table_order(batches, starts, weights)
+    assert order.bucket_totals().tolist() == batches
+    total, head = sum(batches), int(batches[-1] > 0)
+    bounds = [min(max(s, head), total) for s in starts] + [total]
+    sizes = order.counts.sum(axis=1).tolist()
+    assert sizes == [b - a for a, b in itertools.pairwise(bounds)]
+    pairs = sorted(zip(*(a.tolist() for a in order.locate(np.arange(total), None)), strict=True))
+    assert pairs == [(b, i) for b, n in enumerate(batches) for i in range(n)]
+
+
+def test_a_table_phase_gets_its_weights_while_the_lengths_last() -> None:
+    from streamload.plan.vsl_curriculum import table_order
+
+    order = table_order([40, 40, 41], [0, 31, 61], np.array([[2, 1, 0], [0, 1, 2], [1, 1, 1]]))
+    assert order.counts.tolist() == [[20, 10, 0], [0, 10, 20], [20, 20, 20]]

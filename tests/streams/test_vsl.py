@@ -427,3 +427,25 @@ def test_source_policies_are_refused_in_vsl_mode(two: tuple[Corpus, Corpus]) -> 
     cfg["sources"][1]["max_epochs"] = 2
     with pytest.raises(ConfigError, match="source 'short': policy = 'stop' and max_epochs"):
         streamload.load_config(cfg)
+
+
+def test_a_table_curriculum_orders_the_epoch_by_its_phases(corpus: Corpus) -> None:
+    table = [
+        {"start_step": 0, "weights": {"8": 1, "16": 1}},
+        {"start_step": 12, "weights": {"64": 1}},
+    ]
+    cfg = vsl_config(corpus, curriculum=table)
+    loader = streamload.build_loader(cfg)
+    lengths = [b["input_ids"].shape[1] for b in loader]
+    stream = loader.stream
+    plain = streamload.build_loader(vsl_config(corpus))
+    assert sorted(lengths) == sorted(b["input_ids"].shape[1] for b in plain)  # the same batches
+    short = sum(n for n, length in zip(stream.batches, stream.lengths, strict=True) if length < 32)
+    first = lengths[1:12]  # the first phase: its lengths while they last, then the others
+    assert lengths[0] == 64 and sum(n in (8, 16) for n in first) == min(11, short)
+    assert sum(n in (8, 16) for n in lengths[12:]) == short - min(11, short)
+    assert loader.state_dict()["fingerprint"]["vsl"]["curriculum"][1] == [12, {"64": 1}]
+    with pytest.raises(ConfigError, match="length"):
+        streamload.load_config(
+            vsl_config(corpus, curriculum=[{"start_step": 0, "weights": {"9": 1}}])
+        )
