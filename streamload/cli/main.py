@@ -7,6 +7,7 @@ Every subcommand exits 0 on success and 2 with a one-line reason on bad input
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -61,6 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StreamloadError as exc:
         print(f"streamload {args.command}: error: {exc}".splitlines()[0], file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `streamload show ... | head`: the reader left; stop quietly
+        # Python's documented recipe: point stdout at devnull so the flush at exit is silent.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command a pipe closed on
 
 
 if __name__ == "__main__":  # pragma: no cover

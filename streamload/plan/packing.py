@@ -42,6 +42,7 @@ __all__ = [
     "LONG_DOCUMENTS",
     "ItemPlan",
     "SamplePlan",
+    "checked_bounds",
     "document_items",
     "pack_bound",
     "pack_items",
@@ -134,12 +135,7 @@ def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) ->
         raise ConfigError(f"long_documents {long_documents!r}: expected one of {LONG_DOCUMENTS}")
     if not 1 <= seq_len < np.iinfo(np.int32).max:
         raise ConfigError(f"seq_len {seq_len}: expected 1 <= seq_len < 2**31 - 1")
-    bounds = np.asarray(doc_bounds, dtype=np.int64)
-    if bounds.ndim != 1 or bounds.size < 1:
-        raise ValueError(f"doc_bounds of shape {bounds.shape}: expected [documents + 1]")
-    sizes = np.diff(bounds)
-    if bounds[0] < 0 or np.any(sizes < 0):
-        raise ValueError("doc_bounds: expected non-decreasing stream offsets >= 0")
+    bounds, sizes = checked_bounds(doc_bounds)
     window, documents = seq_len + 1, int(np.count_nonzero(sizes))
     starts = bounds[:-1]
     if documents < sizes.size:
@@ -152,6 +148,21 @@ def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) ->
     if long.size:
         starts, lengths = _insert_pieces(starts, sizes, lengths, long, seq_len)
     return ItemPlan(starts, lengths, documents)
+
+
+def checked_bounds(doc_bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(bounds, sizes)``: ``doc_bounds`` as int64 and each document's tokens.
+
+    Raises:
+        ValueError: not a non-decreasing 1-D array of stream offsets >= 0.
+    """
+    bounds = np.asarray(doc_bounds, dtype=np.int64)
+    if bounds.ndim != 1 or bounds.size < 1:
+        raise ValueError(f"doc_bounds of shape {bounds.shape}: expected [documents + 1]")
+    sizes = np.diff(bounds)
+    if bounds[0] < 0 or np.any(sizes < 0):
+        raise ValueError("doc_bounds: expected non-decreasing stream offsets >= 0")
+    return bounds, sizes
 
 
 def _insert_pieces(

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamload.plan.packing import checked_bounds
+
 __all__ = ["PieceBuckets", "bucket_lengths", "decompose"]
 
 
@@ -83,12 +85,7 @@ def decompose(doc_bounds: np.ndarray, min_len: int, max_len: int) -> PieceBucket
         ValueError: bad lengths, or ``doc_bounds`` is not a non-decreasing 1-D array >= 0.
     """
     lengths = bucket_lengths(min_len, max_len)
-    bounds = np.asarray(doc_bounds, dtype=np.int64)
-    if bounds.ndim != 1 or bounds.size < 1:
-        raise ValueError(f"doc_bounds of shape {bounds.shape}: expected [documents + 1]")
-    sizes = np.diff(bounds)
-    if bounds[0] < 0 or np.any(sizes < 0):
-        raise ValueError("doc_bounds: expected non-decreasing stream offsets >= 0")
+    bounds, sizes = checked_bounds(doc_bounds)
     pairs = np.maximum(sizes - 1, 0)
     full, rest = np.divmod(pairs, max_len)
     firsts = bounds[:-1]

@@ -42,10 +42,13 @@ def _starts_matrix(stream: SampleStream, view: StepBatch) -> np.ndarray | None:
 
 
 def documents_origin(stream: SampleStream, source: int) -> str:
-    """How a source's document starts are found: ``items``, ``index`` or ``eos``."""
+    """How a source's document starts are found: ``items``, ``pieces`` (vsl mode: a row is
+    part of one document), ``index`` or ``eos``."""
     mode = stream.config.sampling.mode
     if mode.whole_documents:
         return "items"
+    if mode is SamplingMode.VSL:
+        return "pieces"
     src = stream.sources[source]
     return "index" if isinstance(src, ConcatSource) and src.has_documents else "eos"
 
@@ -56,7 +59,7 @@ def row_segments(stream: SampleStream, view: StepBatch) -> list[list[int] | None
     With masks (and every Megatron switch on) they are the batch's ``cu_seqlens``: what the
     model attended within; else the stream's document starts in the inputs.
     """
-    length = stream.seq_len
+    length = view.chunk.tokens.shape[1] - 1  # vsl mode: the step's length
     cu = view.batch.get("cu_seqlens")
     if cu is not None and all(stream.config.packing.flags):
         return [[int(v) for v in row.tolist() if v < length] for row in cu]

@@ -47,10 +47,11 @@ def _header(report: dict[str, Any], root: str) -> list[str]:
     masks = "masks on" if report["masks"] else "masks off"
     accum = report.get("grad_accum_steps", 1)
     micro = f"{accum} micro-batches x " if accum > 1 else ""
+    unit = "samples" if report["mode"] != "vsl" else "slots of max_seq_len"
     lines = [
         f"step {report['step']} of pass {report['pass']}: global batch "
         f"{report['global_batch_size']} = {micro}{_count(report['world_size'], 'rank')} x "
-        f"{report['batch_size']} samples ({who}); seq_len {report['seq_len']}, "
+        f"{report['batch_size']} {unit} ({who}); seq_len {report['seq_len']}, "
         f"{report['mode']} mode, {masks}",
         "sources: " + ", ".join(f"{i} {n}" for i, n in enumerate(report["sources"])),
     ]

@@ -92,3 +92,14 @@ def test_samples_refuses_what_cannot_be_written(
     assert main(far) == 2
     assert "outside the epoch" in capsys.readouterr().err
     assert not (tmp_path / "a.npz").exists()
+
+
+def test_show_traces_a_vsl_step(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", str(config), "--step", "3", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    batch = list(streamload.build_loader(str(config)))[3]
+    assert report["seq_len"] == batch["input_ids"].shape[1]
+    assert [s["input_ids"] for s in report["samples"]] == batch["input_ids"].tolist()
+    assert {s["documents_from"] for s in report["samples"]} == {"pieces"}
+    assert main(["show", str(config), "--step", "3"]) == 0
+    assert "slots of max_seq_len" in capsys.readouterr().out
