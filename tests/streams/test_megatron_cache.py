@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import shutil
+import socket
 import warnings
 from pathlib import Path
 from typing import Any
@@ -62,7 +64,11 @@ def test_waits_for_another_builder(tmp_path: Path) -> None:
     """A process that finds the lock waits for the description instead of building."""
     description = {"case": 1}
     key = cache_key(description)
-    (tmp_path / f"{key}-streamload-megatron.lock").touch()
+    # The lock names a live owner (this process), so it is never taken for abandoned, however
+    # long the spawned builder takes to start on a loaded machine (an empty lock is after
+    # LOCK_GRACE_SECONDS).
+    lock = tmp_path / f"{key}-streamload-megatron.lock"
+    lock.write_text(f"{socket.gethostname()} {os.getpid()}")
     arrays = {"x": np.arange(5)}
 
     def never() -> dict[str, np.ndarray]:
