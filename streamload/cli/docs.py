@@ -2,9 +2,11 @@
 
 A Megatron document is a ``document_indices`` range (one or more sequences, maybe empty);
 ``--sequences`` lists Megatron sequences instead. Formats without a document index split
-after each ``--eos`` token, else each shard is one document. Each document's id is shown
-where the format records one (Dolma's CSV ``id``; an Arrow or Parquet ``id`` column, or the
-one ``--id-column`` names), read for the printed documents only.
+after each ``--eos`` token, else each shard is one document. Each document's metadata is
+shown where the format records some (Dolma's CSV ``id``, ``src``, ``loc``; an Arrow or
+Parquet row's scalar columns, its ``id`` column, or the one ``--id-column`` names, first as
+``id``), read for the printed documents only: ``I id=doc-3 source=web: tokens`` (long values
+shortened), and in ``--json`` whole, beside the ids.
 """
 
 from __future__ import annotations
@@ -15,9 +17,16 @@ from typing import Any
 
 from streamload.cli._common import add_data_arguments, catalog_from_args, open_all
 from streamload.errors import ConfigError
-from streamload.tools.documents import document_bounds, document_metadata, iter_documents
+from streamload.tools.documents import (
+    document_bounds,
+    document_metadata,
+    iter_documents,
+    short_value,
+)
 
 __all__ = ["add_parser", "run"]
+
+"""Longest value the text output prints whole (JSON prints every value whole)."""
 
 
 def add_parser(sub: Any) -> None:
@@ -32,7 +41,9 @@ def add_parser(sub: Any) -> None:
         "--id-column", help="Arrow/Parquet: the column of document ids (default: id, if any)"
     )
     p.add_argument(
-        "--json", action="store_true", help='print {"documents": [[...], ...], "ids": [...]}'
+        "--json",
+        action="store_true",
+        help='print {"documents": [[...], ...], "ids": [...], "metadata": [{...}, ...]}',
     )
     p.set_defaults(run=run)
 
@@ -43,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--start {args.start} and --count {args.count} must be >= 0")
     catalog = catalog_from_args(args)
     out: list[list[int]] = []
-    ids: list[Any] = []
+    fields: list[dict[str, Any] | None] = []
     skip = args.start
     for shard in open_all(catalog):
         if len(out) == args.count:
@@ -55,25 +66,30 @@ def run(args: argparse.Namespace) -> int:
             continue
         for index, doc in enumerate(iter_documents(shard, bounds, skip), start=skip):
             out.append([int(t) for t in doc])
-            ids.append(None if args.sequences else _document_id(shard, index, args.id_column))
+            fields.append(None if args.sequences else _metadata(shard, index, args.id_column))
             if len(out) == args.count:
                 break
         skip = 0
-    _print(out, ids, args)
+    _print(out, fields, args)
     return 0
 
 
-def _document_id(shard: Any, index: int, id_column: str | None) -> Any:
-    fields = document_metadata(shard, index, id_column)
-    return None if fields is None else fields.get("id")
+def _metadata(shard: Any, index: int, id_column: str | None) -> dict[str, Any] | None:
+    """Document ``index``'s metadata, ``None`` when the format records none or it is empty."""
+    return document_metadata(shard, index, id_column) or None
 
 
-def _print(docs: list[list[int]], ids: list[Any], args: argparse.Namespace) -> None:
-    """The documents (and their ids, where any has one) as text or JSON."""
-    shown = any(i is not None for i in ids)
+def _print(
+    docs: list[list[int]], fields: list[dict[str, Any] | None], args: argparse.Namespace
+) -> None:
+    """The documents (and their metadata, where any has some) as text or JSON."""
     if args.json:
-        print(json.dumps({"documents": docs, "ids": ids} if shown else {"documents": docs}))
+        report: dict[str, Any] = {"documents": docs}
+        if any(fields):
+            report["ids"] = [None if f is None else f.get("id") for f in fields]
+            report["metadata"] = fields
+        print(json.dumps(report))
         return
-    for i, (tokens, doc_id) in enumerate(zip(docs, ids, strict=True), start=args.start):
-        name = f" id={doc_id}" if shown else ""
-        print(f"{i}{name}: {' '.join(map(str, tokens))}")
+    for i, (tokens, found) in enumerate(zip(docs, fields, strict=True), start=args.start):
+        shown = "".join(f" {k}={short_value(v)}" for k, v in (found or {}).items() if v is not None)
+        print(f"{i}{shown}: {' '.join(map(str, tokens))}")

@@ -26,7 +26,6 @@ end-of-stream marker (truncated) or with bytes after it, and any file pyarrow ca
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import struct
 from collections.abc import Iterator
@@ -38,7 +37,6 @@ from streamload.errors import FormatError
 from streamload.formats._arrow_columns import (
     arrow_errors,
     column_name,
-    document_id_column,
     import_pyarrow,
     list_columns,
     token_dtype,
@@ -50,6 +48,7 @@ from streamload.formats._arrow_masks import (
     mask_flags,
     mask_lists,
 )
+from streamload.formats._arrow_metadata import locate_row, metadata_columns, row_metadata
 from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
 from streamload.formats.base import (
     ListedFile,
@@ -204,20 +203,19 @@ class ArrowShard:
         return self._bounds
 
     def document_metadata(self, i: int, id_column: str | None = None) -> dict[str, Any]:
-        """``{"id": ...}`` of document (row) ``i``: its ``id_column`` value, by default
-        ``id`` (``{}`` when the file has no such column and none was named); reads that one
-        value of the map.
+        """The metadata of document (row) ``i``: its id (the ``id_column`` value, by default
+        the ``id`` column's) as ``id``, then its other scalar columns
+        (:mod:`~streamload.formats._arrow_metadata`; ``{}`` when there are none). Reads that
+        row's values of the map only.
 
         Raises:
             FormatError: a named ``id_column`` that the file does not have.
         """
-        column = document_id_column(self._schema, id_column, self.info.path)
-        if column is None:
+        columns = metadata_columns(self._schema, id_column, self.info.path)
+        if not columns:
             return {}
-        if not 0 <= i < self._rows[-1]:
-            raise IndexError(f"document {i} out of range [0, {self._rows[-1]})")
-        batch = bisect.bisect_right(self._rows, i) - 1
-        return {"id": _batch_column(self._batches[batch], column)[i - self._rows[batch]].as_py()}
+        batch, row = locate_row(self._rows, i)
+        return row_metadata(self._batches[batch], row, columns)
 
 
 class ArrowFormat:

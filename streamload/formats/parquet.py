@@ -28,7 +28,6 @@ whose tokens disagree with its footer, and any file pyarrow cannot parse (trunca
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import os
 import re
@@ -42,7 +41,6 @@ from streamload.formats._arrow_columns import (
     DEFAULT_COLUMN,
     arrow_errors,
     column_name,
-    document_id_column,
     import_pyarrow,
     list_columns,
     token_dtype,
@@ -54,6 +52,7 @@ from streamload.formats._arrow_masks import (
     mask_flags,
     mask_lists,
 )
+from streamload.formats._arrow_metadata import locate_row, metadata_columns, row_metadata
 from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
 from streamload.formats._arrow_row_groups import Decoded, row_groups
 from streamload.formats._stack_writer import StackWriter
@@ -188,7 +187,7 @@ class ParquetShard:
         self._rows: list[int] = piece_starts(rows).tolist()
         self._dtype = np.dtype(info.dtype)
         self._bounds: np.ndarray | None = None
-        self._ids: tuple[str, int, Any] | None = None  # the last row group's id column read
+        self._fields: tuple[list[str], int, Any] | None = None  # last row group's metadata
 
     def _row_group(self, group: int, column: str | None = None) -> Decoded:
         """Row group ``group`` of ``column`` (default: this shard's; a mask shard also reads
@@ -238,24 +237,25 @@ class ParquetShard:
         return self._bounds
 
     def document_metadata(self, i: int, id_column: str | None = None) -> dict[str, Any]:
-        """``{"id": ...}`` of document (row) ``i``: its ``id_column`` value, by default
-        ``id`` (``{}`` when the file has no such column and none was named). Decodes that
-        column of the row's row group only (the last one read is kept).
+        """The metadata of document (row) ``i``: its id (the ``id_column`` value, by default
+        the ``id`` column's) as ``id``, then its other scalar columns
+        (:mod:`~streamload.formats._arrow_metadata`; ``{}`` when there are none). Decodes
+        those columns of the row's row group only (the last row group read is kept).
 
         Raises:
             FormatError: a named ``id_column`` that the file does not have.
         """
-        column = document_id_column(self._file.schema_arrow, id_column, self.info.path)
-        if column is None:
+        columns = metadata_columns(self._file.schema_arrow, id_column, self.info.path)
+        if not columns:
             return {}
-        if not 0 <= i < self._rows[-1]:
-            raise IndexError(f"document {i} out of range [0, {self._rows[-1]})")
-        group = bisect.bisect_right(self._rows, i) - 1
-        if self._ids is None or self._ids[:2] != (column, group):
+        group, row = locate_row(self._rows, i)
+        names = [name for name, _ in columns]
+        kept = self._fields
+        if kept is None or kept[:2] != (names, group):
             with self._lock, _errors(self.info.path):
-                table = self._file.read_row_group(group, columns=[column], use_threads=False)
-            self._ids = (column, group, table.column(0))
-        return {"id": self._ids[2][i - self._rows[group]].as_py()}
+                table = self._file.read_row_group(group, columns=names, use_threads=False)
+            kept = self._fields = (names, group, table)
+        return row_metadata(kept[2], row, columns)
 
 
 class ParquetFormat:

@@ -36,7 +36,7 @@ from streamload.config.vsl import default_cycles, table_weights
 from streamload.errors import ConfigError
 from streamload.plan.mixture import Phase, phase_at
 from streamload.plan.passes import PassPlan
-from streamload.plan.vsl_curriculum import epoch_order, table_order
+from streamload.plan.vsl_curriculum import EpochOrder, epoch_order, table_order
 from streamload.streams.chunks import (
     ChunkPlan,
     TokenChunk,
@@ -85,22 +85,13 @@ class VslStream(ConcatStream):
         self.epoch_pieces = counts if not single else np.array([self.batches]) * self.rows
         """Pieces of bucket k an epoch of source s uses (a mixture: all of them)."""
         self.schedule = _phases(config) if config.is_mixture else (Phase(0, (1.0,)),)
-        curriculum = sampling.curriculum
-        if isinstance(curriculum, tuple):  # a table: phases of weights per length
-            starts = [p.start_step for p in curriculum]
-            weights = np.array(table_weights(curriculum, self.lengths))
-            self.order = table_order(self.batches, starts, weights)
-        else:
-            cycles = sampling.num_cycles or default_cycles(curriculum)
-            self.order = epoch_order(self.batches, curriculum.value, cycles)
+        self.order = self._epoch_order()
         self.slots = int(sampling.tokens_per_batch or 0) // self.seq_len
         if self.order.steps == 0:
             self._refuse_empty(counts)
         for s, source in enumerate(self.sources):  # a mixture's source: its own pieces
-            held = self.order.steps * self.slots if single else 0
-            if not single:
-                held = int(np.dot(counts[s], self.lengths)) // self.seq_len
-            source.epoch_slots = max(held, 1)
+            held = int(np.dot(counts[s], self.lengths)) // self.seq_len
+            source.epoch_slots = max(self.order.steps * self.slots if single else held, 1)
         self.plan = PassPlan(
             name=first.name,
             num_windows=self.order.steps * self.slots,
@@ -119,6 +110,16 @@ class VslStream(ConcatStream):
             config.grad_accum_steps,
             self._buckets_before,
         )
+
+    def _epoch_order(self) -> EpochOrder:
+        """The order of an epoch's batches by the configured curriculum."""
+        curriculum = self.config.sampling.curriculum
+        if isinstance(curriculum, tuple):  # a table: phases of weights per length
+            starts = [p.start_step for p in curriculum]
+            weights = np.array(table_weights(curriculum, self.lengths))
+            return table_order(self.batches, starts, weights)
+        cycles = self.config.sampling.num_cycles or default_cycles(curriculum)
+        return epoch_order(self.batches, curriculum.value, cycles)
 
     def _buckets_before(self, pass_index: int, step: int) -> np.ndarray:
         """Batches of each bucket in pass ``pass_index``'s steps before ``step``."""

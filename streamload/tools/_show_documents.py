@@ -8,7 +8,8 @@ items (:class:`~streamload.streams.packed_source.PackedSource`'s plan), Megatron
 traced (their pieces come from megatron-core's document index). From the stream offset come
 the shard and the offset inside it (``ShardSet.locate``), the document number from the
 shard's index, and the format's per-document metadata where it has some (Dolma's CSV ``id``,
-``src``, ``loc``; an Arrow or Parquet row's ``id`` column, or the source's ``id_column``:
+``src``, ``loc``; an Arrow or Parquet row's scalar columns, ``id`` first (or the source's
+``id_column``):
 :func:`~streamload.tools.documents.document_metadata`); datatrove records only a tokenizer
 name per shard (``.ds.metadata``).
 """

@@ -6,8 +6,9 @@ after each EOS; a trailing partial document counts), else the whole shard is one
 Token data is streamed in blocks, so memory stays bounded on any shard size.
 
 Per-document metadata (:func:`document_metadata`) is what a format records beside its
-documents: Dolma's CSV ``id``/``src``/``loc``, an Arrow or Parquet file's ``id`` column (or
-the column a source names), read only for the documents asked for.
+documents: Dolma's CSV ``id``/``src``/``loc``, an Arrow or Parquet row's scalar columns (its
+``id`` column, or the column a source names, first as ``id``), read only for the documents
+asked for.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from streamload.formats.documents import BLOCK_TOKENS, document_bounds
 
 __all__ = [
     "BLOCK_TOKENS",
+    "SHOWN_CHARS",
     "TokenStats",
     "count_documents",
     "document_bounds",
     "document_metadata",
     "iter_documents",
     "scan_tokens",
+    "short_value",
 ]
 
 
@@ -65,8 +68,9 @@ def document_metadata(
     shard: TokenShard, index: int, id_column: str | None = None
 ) -> dict[str, Any] | None:
     """The fields the format records for document ``index`` of ``shard`` (``None`` when it
-    records none): Dolma's ``{"id", "src", "loc"}``, Arrow/Parquet ``{"id"}`` from the
-    ``id_column`` (default ``id``; ``{}`` without one).
+    records none): Dolma's ``{"id", "src", "loc"}``; an Arrow or Parquet row's ``id`` (the
+    ``id_column`` value, default the ``id`` column's) first, then its other scalar columns
+    by name (:mod:`~streamload.formats._arrow_metadata`; ``{}`` without any).
 
     Raises:
         ConfigError: ``id_column`` named for a format without id columns.
@@ -125,3 +129,15 @@ def _zero_run(block: np.ndarray) -> int:
         end -= piece.size
         step *= 4
     return block.size
+
+
+SHOWN_CHARS = 60
+"""A metadata value is cut to this many characters in text output (JSON keeps it whole)."""
+
+
+def short_value(value: Any) -> str:
+    """``value`` on one line (line breaks and tabs escaped), cut to :data:`SHOWN_CHARS`."""
+    text = str(value).replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return f"{text[: SHOWN_CHARS - 1]}…"

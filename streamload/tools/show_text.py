@@ -21,6 +21,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from streamload.tools.documents import short_value
 from streamload.tools.show_report import Decoder
 
 __all__ = ["format_step", "inclusive_ranges"]
@@ -113,7 +114,7 @@ def _provenance(doc: dict[str, Any], root: str) -> str:
         text += ", continued" if began is None else f", began {doc['shard_offset'] - began} " \
             "tokens before"  # fmt: skip
     metadata = doc["metadata"] or {}
-    fields = " ".join(f"{k}={v}" for k, v in metadata.items() if v not in (None, ""))
+    fields = " ".join(f"{k}={short_value(v)}" for k, v in metadata.items() if v not in (None, ""))
     return f"{text} · {fields}" if fields else text
 
 
