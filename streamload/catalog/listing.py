@@ -8,8 +8,8 @@ KempnerForge does (``tokenized_10.bin`` sorts before ``tokenized_2.bin``); hidde
 here, never token data.
 
 Folders that record their own order are listed in it instead: a ``save_to_disk`` folder by
-its ``state.json`` (:mod:`streamload.formats._arrow_folder`), an MDS or LitData folder by its
-``index.json`` (:mod:`streamload.formats._index_json`: ``chunk-0-2.bin`` before
+its ``state.json`` (:mod:`streamload.formats.save_to_disk`), an MDS or LitData folder by its
+``index.json`` (:mod:`streamload.formats.index_json`: ``chunk-0-2.bin`` before
 ``chunk-0-10.bin``, MDS shards of 0 samples left out). A glob's matches in such a folder keep
 their slots in the sorted matches and take the index's order among themselves.
 """
@@ -25,23 +25,24 @@ import fsspec
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
-from streamload.formats._arrow_columns import column_name
-from streamload.formats._arrow_folder import (
-    INFO_FILE,
-    STATE_FILE,
-    check_data_files,
-    check_token_feature,
-    data_files,
-)
-from streamload.formats._index_json import (
+from streamload.formats.arrow_columns import column_name
+from streamload.formats.base import ListedFile
+from streamload.formats.index_json import (
     INDEX_NAME,
     INDEXED_SUFFIXES,
     IndexedShards,
     load_folder_index,
     order_by_index,
 )
-from streamload.formats.base import ListedFile
 from streamload.formats.mask_names import is_mask_name
+from streamload.formats.save_to_disk import (
+    INFO_FILE,
+    STATE_FILE,
+    check_data_files,
+    check_token_feature,
+    data_files,
+    is_cache_file,
+)
 from streamload.remote.clients import client_options, limit_client_retries
 from streamload.remote.retry import retrying
 from streamload.remote.versions import object_version
@@ -220,12 +221,15 @@ def _save_to_disk_order(
     fs: Any, folder: str, listed: list[dict[str, Any]], files: list[dict[str, Any]], column: str
 ) -> list[dict[str, Any]]:
     """``files`` of a folder, in the order its ``state.json`` lists its Arrow files when it
-    has one beside them (:mod:`streamload.formats._arrow_folder`: the files checked, the
+    has one beside them (:mod:`streamload.formats.save_to_disk`: the files checked, the
     token column's feature too)."""
     names = {posixpath.basename(i["name"]): i for i in listed}
     arrows = {posixpath.basename(i["name"]): i for i in files if i["name"].endswith(".arrow")}
     if STATE_FILE not in names or not arrows:
         return files
+    # datasets' map/filter caches (cache-*.arrow) beside a saved dataset are not its data
+    files = [i for i in files if not is_cache_file(posixpath.basename(i["name"]))]
+    arrows = {n: i for n, i in arrows.items() if not is_cache_file(n)}
     state = posixpath.join(folder, STATE_FILE)
     expected = data_files(fs.cat_file(state), state)
     check_data_files(list(arrows), expected, folder)
@@ -241,7 +245,7 @@ def _index_order(
 ) -> list[dict[str, Any]]:
     """``files`` (sorted) with those of each folder holding an MDS or LitData ``index.json``
     in its order, in the slots they had, and without its empty shards
-    (:func:`~streamload.formats._index_json.order_by_index`).
+    (:func:`~streamload.formats.index_json.order_by_index`).
 
     Args:
         fs: The file system.

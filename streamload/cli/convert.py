@@ -4,7 +4,8 @@ Documents keep their order and tokens. The whole output appears at once when com
 hidden staging folder, then renames; :mod:`streamload.tools.convert_targets` states the
 destination rules and which option belongs to which target), an existing output is never
 replaced, and the command prints every path it wrote. A progress bar (tqdm, when installed)
-shows documents and tokens. Loss masks go with the data (:mod:`streamload.tools.masks`:
+shows documents and tokens (``--to arrow`` writes a ``datasets.save_to_disk`` folder that
+``datasets.load_from_disk`` opens). Loss masks go with the data (:mod:`streamload.tools.masks`:
 ``--drop-masks``, ``--assume-trained``).
 """
 
@@ -33,8 +34,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "dst",
         help="output: a prefix (megatron); a file ending in .pbin (modalities), .npy (dolma), "
-        ".ds (datatrove) or .parquet (parquet); a folder (numpy, mds, litdata, or parquet: "
-        "Hub-sized train-00000-of-0000N.parquet files); never replaced if it exists",
+        ".ds (datatrove) or .parquet (parquet); a folder (numpy, mds, litdata, arrow: a "
+        "datasets.save_to_disk folder, or parquet: Hub-sized train-00000-of-0000N.parquet "
+        "files); never replaced if it exists",
     )
     p.add_argument("--to", required=True, choices=TARGETS, help="output format")
     p.add_argument("--dtype", help="output token dtype (default: the source's)")
@@ -63,7 +65,8 @@ def add_target_arguments(parser: Any) -> None:
     )
     parser.add_argument(
         "--max-file-size",
-        help="parquet folder: data bytes per file, e.g. 500MB (default 500MB, the Hub's)",
+        help="parquet folder, arrow: data bytes per file, e.g. 500MB (default 500MB, the "
+        "Hub's and save_to_disk's)",
     )
 
 
@@ -119,13 +122,16 @@ def run(args: argparse.Namespace) -> int:
 
 def summary(stats: ConvertStats, fmt: str) -> str:
     """``wrote D documents, T tokens as FMT (DTYPE): PATH, COMPANION…`` (a folder with its
-    file count; a folder of Parquet files as its files)."""
+    file count; a folder of Parquet files as its files; an ``arrow`` folder as every file
+    in it)."""
     dtype = stats.dtype.name if stats.dtype is not None else "?"
     where = ", ".join(stats.paths)
     if len(stats.paths) == 1 and os.path.isdir(stats.paths[0]):
         folder = stats.paths[0]
-        if fmt == "parquet":
-            names = sorted(n for n in os.listdir(folder) if n.endswith(".parquet"))
+        if fmt in ("parquet", "arrow"):
+            names = sorted(os.listdir(folder))
+            if fmt == "parquet":
+                names = [n for n in names if n.endswith(".parquet")]
             where = ", ".join(os.path.join(folder, n) for n in names)
         else:
             files = [n for n in os.listdir(folder) if n.endswith((".npy", ".mds", ".zstd", ".bin"))]

@@ -4,7 +4,8 @@ Megatron inputs merge like ``tools/merge_datasets.py`` (``add_index``: sequences
 indices and token bytes appended, pointers recomputed). Other formats are concatenated
 document by document through the format's writer, keeping every document and its order —
 Modalities ``.pbin`` files included, without the tool's −12-byte index defect; MDS and
-LitData folders into one folder, Parquet files into one file or a folder of Hub-sized files
+LitData folders into one folder, Parquet files into one file or a folder of Hub-sized files,
+Arrow files (``save_to_disk`` folders) into one ``save_to_disk`` folder
 (the target options of ``convert``: ``--compression``, ``--chunk-bytes``…). Loss masks
 are merged with the data (:mod:`streamload.tools.masks`): inputs that all have one give a
 merged mask; inputs of which only some have one are refused unless ``--assume-trained``
@@ -33,7 +34,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("inputs", nargs="+", metavar="SRC", help="inputs (Megatron: path prefixes)")
     p.add_argument(
         "dst",
-        help="output: a prefix (megatron), a file, or a folder (numpy, mds, litdata, parquet)",
+        help="output: a prefix (megatron), a file, or a folder (numpy, mds, litdata, parquet, "
+        "arrow)",
     )
     p.add_argument("--format", default="auto", help="input format (default: sniff)")
     p.add_argument("--dtype", default="auto", help="input dtype where the format lacks it")

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from streamload.formats._index_json import INDEX_NAME
 from streamload.formats._litdata_index import NUMPY_CODES
+from streamload.formats.index_json import INDEX_NAME
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",

@@ -34,7 +34,9 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._arrow_columns import (
+from streamload.formats._arrow_metadata import locate_row, metadata_columns, row_metadata
+from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
+from streamload.formats.arrow_columns import (
     arrow_errors,
     column_name,
     import_pyarrow,
@@ -42,14 +44,12 @@ from streamload.formats._arrow_columns import (
     token_dtype,
     token_lists,
 )
-from streamload.formats._arrow_masks import (
+from streamload.formats.arrow_masks import (
     check_row_lengths,
     column_types,
     mask_flags,
     mask_lists,
 )
-from streamload.formats._arrow_metadata import locate_row, metadata_columns, row_metadata
-from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
 from streamload.formats.base import (
     ListedFile,
     ReadOptions,
@@ -85,7 +85,7 @@ def is_arrow_ipc(head: bytes) -> bool:
 def _batches(fs: Any, path: str, size: int) -> Iterator[tuple[Any, Iterator[Any], str]]:
     """``(schema, record batches, "file" | "stream")`` of an IPC file: memory-mapped when
     local, else read through ``fs``; pyarrow's parse errors become :class:`FormatError`
-    (:func:`~streamload.formats._arrow_columns.arrow_errors`)."""
+    (:func:`~streamload.formats.arrow_columns.arrow_errors`)."""
     pa = import_pyarrow(path)
     local = local_path(path)
     with arrow_errors(path, "Arrow IPC"), contextlib.ExitStack() as stack:
@@ -130,7 +130,7 @@ class ArrowShard:
     the shard reads its ``column`` as the loss mask of the token column ``mask_of``: each
     row's flags are checked against the row's tokens when it opens (offsets only, no
     flag is read), and each record batch's flags become ``uint8`` on first use
-    (:func:`~streamload.formats._arrow_masks.mask_flags`).
+    (:func:`~streamload.formats.arrow_masks.mask_flags`).
 
     Attributes:
         info: The shard.

@@ -6,7 +6,7 @@ A folder holds ``index.json`` and ``chunk-{rank}-{i}.bin`` files. A chunk is
 the N items back to back, each a raw token array without a header. So a chunk's tokens are
 one contiguous array at byte ``4·(N + 2)``: each chunk is one shard, memory-mapped (or read by
 range when remote) exactly like a NumPy shard, and a folder is one token stream, its chunks
-in the order of the index's ``chunks`` (:mod:`streamload.formats._index_json`; names sort
+in the order of the index's ``chunks`` (:mod:`streamload.formats.index_json`; names sort
 ``chunk-0-10.bin`` before ``chunk-0-2.bin``).
 
 Documents: ``TokensLoader`` ignores item boundaries (its blocks run across items) and so does
@@ -36,7 +36,6 @@ import numpy as np
 
 from streamload.errors import FormatError
 from streamload.formats._folder_writer import FolderWriter
-from streamload.formats._index_json import INDEX_NAME, load_index
 from streamload.formats._litdata_index import LitdataChunk, LitdataIndex, parse_litdata_index
 from streamload.formats._litdata_write import (
     DEFAULT_CHUNK_BYTES,
@@ -56,6 +55,7 @@ from streamload.formats.base import (
     check_configured_dtype,
     open_head,
 )
+from streamload.formats.index_json import INDEX_NAME, load_index
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",

@@ -19,11 +19,11 @@ table by the size of the shard's JSON config). ``describe`` then requires the in
 MDS index listing the file, with the listed size.
 
 A folder is listed in the order of its index's ``shards``, without the shards of 0 samples
-(:mod:`streamload.formats._index_json`): ``MDSWriter`` writes an empty ``shard.00000.mds``
+(:mod:`streamload.formats.index_json`): ``MDSWriter`` writes an empty ``shard.00000.mds``
 when the first sample passes its size limit, and no shard holding no tokens is described.
 
 :class:`MdsWriter` writes what ``streamload convert --to mds`` publishes: a folder of
-``MDSWriter``'s layout (:mod:`streamload.formats._mds_write`), one sample per document in a
+``MDSWriter``'s layout (:mod:`streamload.formats.mds_write`), one sample per document in a
 ``tokens`` column encoded ``ndarray:<dtype>`` (LLM Foundry's ``convert_dataset_hf
 --concat_tokens`` column, which Streaming decodes to a numpy array).
 """
@@ -40,7 +40,6 @@ import numpy as np
 from streamload.config.storage import default_cache_dir
 from streamload.errors import ConfigError, FormatError
 from streamload.formats._folder_writer import FolderWriter
-from streamload.formats._index_json import INDEX_NAME, load_index
 from streamload.formats._mds_cache import decoded_key, load_decoded, save_decoded
 from streamload.formats._mds_column import TokenColumn, token_column
 from streamload.formats._mds_decode import DecodedShard, decode_shard
@@ -53,15 +52,16 @@ from streamload.formats._mds_read import (
     read_listed,
     read_opened,
 )
-from streamload.formats._mds_write import (
+from streamload.formats._shard_masks import PendingMasks
+from streamload.formats._writer_input import as_document, token_dtype
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
+from streamload.formats.index_json import INDEX_NAME, load_index
+from streamload.formats.mds_write import (
     MDS_SIZE_LIMIT,
     MdsShards,
     encode_ndarray,
     ndarray_encoding,
 )
-from streamload.formats._shard_masks import PendingMasks
-from streamload.formats._writer_input import as_document, token_dtype
-from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
 
 __all__ = ["FORMAT", "FORMAT_NAME", "MDS_SIZE_LIMIT", "TOKEN_COLUMN", "MdsFormat", "MdsShard",
            "MdsWriter"]  # fmt: skip
@@ -206,7 +206,7 @@ class MdsWriter(FolderWriter):
     """Write documents as a Mosaic MDS dataset folder, one sample per document.
 
     The shards are ``MDSWriter(columns={column: "ndarray:<dtype>"}, compression=...,
-    size_limit=...)``'s, byte for byte (:mod:`streamload.formats._mds_write`), and so is
+    size_limit=...)``'s, byte for byte (:mod:`streamload.formats.mds_write`), and so is
     ``index.json`` (written last). The folder appears whole at :meth:`close`.
 
     Args:

@@ -37,7 +37,13 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._arrow_columns import (
+from streamload.formats._arrow_metadata import locate_row, metadata_columns, row_metadata
+from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
+from streamload.formats._arrow_row_groups import Decoded, row_groups
+from streamload.formats._stack_writer import StackWriter
+from streamload.formats._writer_input import as_document
+from streamload.formats._writer_input import token_dtype as writer_dtype
+from streamload.formats.arrow_columns import (
     DEFAULT_COLUMN,
     arrow_errors,
     column_name,
@@ -46,18 +52,12 @@ from streamload.formats._arrow_columns import (
     token_dtype,
     token_lists,
 )
-from streamload.formats._arrow_masks import (
+from streamload.formats.arrow_masks import (
     check_row_lengths,
     column_types,
     mask_flags,
     mask_lists,
 )
-from streamload.formats._arrow_metadata import locate_row, metadata_columns, row_metadata
-from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
-from streamload.formats._arrow_row_groups import Decoded, row_groups
-from streamload.formats._stack_writer import StackWriter
-from streamload.formats._writer_input import as_document
-from streamload.formats._writer_input import token_dtype as writer_dtype
 from streamload.formats.base import (
     ListedFile,
     ReadOptions,
@@ -93,7 +93,7 @@ _STATISTICS_SINCE = (6, 0)
 
 def _errors(path: str) -> contextlib.AbstractContextManager[None]:
     """pyarrow's parse errors as :class:`FormatError` naming ``path`` (network errors of a
-    remote file propagate: :func:`~streamload.formats._arrow_columns.arrow_errors`)."""
+    remote file propagate: :func:`~streamload.formats.arrow_columns.arrow_errors`)."""
     return arrow_errors(path, "Parquet")
 
 

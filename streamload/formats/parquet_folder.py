@@ -8,10 +8,8 @@ about ``ROW_GROUP_TOKENS`` tokens); a file ends before the document that would t
 data past ``max_file_bytes``, measured as ``datasets`` measures ``max_shard_size`` (the
 Arrow bytes of the rows: the tokens, plus 4 bytes of list offset per document). The file
 itself is smaller when its tokens compress, and up to ~15-30% larger when they do not
-(random ids), as ``datasets``' shards are. Documents are never split: one larger than the
-limit is a file of its own; an empty document never starts a file (it stays with the tokens
-before it, 4 bytes over the limit at most per empty document), so no file but the only one
-of a dataset without tokens is without tokens (readers refuse such a shard).
+(random ids), as ``datasets``' shards are. Documents are never split
+(:mod:`streamload.formats._rolling_folder`, shared with the Arrow ``save_to_disk`` writer).
 
 Example: three documents of 100, 100 and 50 uint16 tokens with ``max_file_bytes = 450``:
 the first two take 408 bytes, the third would make 512, so ``train-00000-of-00002.parquet``
@@ -27,20 +25,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from streamload.formats._folder_writer import FolderWriter
-from streamload.formats._shard_masks import document_mask
-from streamload.formats._writer_input import as_document, token_dtype
+import numpy as np
+
+from streamload.formats._rolling_folder import MAX_FILE_BYTES, RollingFolderWriter
 from streamload.formats.loss_mask import LossMaskWriter
 from streamload.formats.mask_names import mask_path_for
 from streamload.formats.parquet import ROW_GROUP_TOKENS, ParquetWriter
 
 __all__ = ["MAX_FILE_BYTES", "ParquetFolderWriter", "hub_file_name"]
-
-MAX_FILE_BYTES = 500 * 10**6
-"""``datasets``' ``max_shard_size`` default (``"500MB"``, decimal), which the Hub's
-``push_to_hub`` and Parquet conversion use."""
-OFFSET_BYTES = 4
-"""Arrow bytes of a row's list offset (``list<…>``: int32)."""
 
 
 def hub_file_name(split: str, index: int, count: int) -> str:
@@ -48,7 +40,7 @@ def hub_file_name(split: str, index: int, count: int) -> str:
     return f"{split}-{index:05d}-of-{count:05d}.parquet"
 
 
-class ParquetFolderWriter(FolderWriter):
+class ParquetFolderWriter(RollingFolderWriter):
     """Write documents as Parquet files of at most ``max_file_bytes`` (module docstring).
 
     Args:
@@ -64,6 +56,9 @@ class ParquetFolderWriter(FolderWriter):
         ConfigError: the folder exists and is not empty.
     """
 
+    _file: ParquetWriter
+    _mask: LossMaskWriter | None
+
     def __init__(
         self,
         folder: str | os.PathLike[str],
@@ -74,68 +69,33 @@ class ParquetFolderWriter(FolderWriter):
         split: str = "train",
         save_loss_masks: bool = False,
     ) -> None:
-        self._dtype = token_dtype(dtype, os.fspath(folder))
-        if max_file_bytes < 1 or row_group_tokens < 1:
+        if row_group_tokens < 1:
             raise ValueError(
-                f"{os.fspath(folder)}: max_file_bytes {max_file_bytes} and row_group_tokens "
-                f"{row_group_tokens} must be >= 1"
+                f"{os.fspath(folder)}: row_group_tokens {row_group_tokens} must be >= 1"
             )
-        self._max = max_file_bytes
         self._row_group_tokens = row_group_tokens
         self._split = split
-        self._save_masks = save_loss_masks
-        self._inner = self._open_folder(folder)
-        self._stack.push(self._discard_file)  # unwound before the staging folder goes
-        self._file: ParquetWriter | None = None
-        self._mask: LossMaskWriter | None = None
-        self._bytes = self._tokens = 0  # of the open file
-        self._paths: list[str] = []
-        self._documents = 0
+        super().__init__(
+            folder, dtype, max_file_bytes=max_file_bytes, save_loss_masks=save_loss_masks
+        )
 
-    def add_document(self, tokens: Any, *, loss_mask: Any = None) -> None:
-        """Append one document as one row (with ``save_loss_masks``, its loss mask)."""
-        where = f"{self.folder}: document {self._documents}"
-        doc = as_document(tokens, self._dtype, where)
-        grows = doc.nbytes + OFFSET_BYTES
-        if self._file is None or (doc.size and self._tokens and self._bytes + grows > self._max):
-            self._start_file()
-        assert self._file is not None  # started above
+    def _part_name(self, index: int) -> str:
+        return f"{self._split}-{index:05d}.parquet"
+
+    def _file_name(self, index: int, count: int) -> str:
+        return hub_file_name(self._split, index, count)
+
+    def _open_part(self, path: str) -> list[Any]:
+        self._file = ParquetWriter(path, self._dtype, self._row_group_tokens)
+        self._mask = LossMaskWriter(mask_path_for(path)) if self._save_masks else None
+        return [self._mask, self._file] if self._mask is not None else [self._file]
+
+    def _write_row(self, doc: np.ndarray, mask: np.ndarray | None) -> None:
         self._file.add_document(doc)
         if self._mask is not None:
-            self._mask.add(document_mask(loss_mask, doc, where))
-        self._bytes += grows
-        self._tokens += doc.size
-        self._documents += 1
+            self._mask.add(mask)
 
-    def _start_file(self) -> None:
-        self._close_file()
-        path = os.path.join(self._inner, f"{self._split}-{len(self._paths):05d}.parquet")
-        self._file = ParquetWriter(path, self._dtype, self._row_group_tokens)
+    def _rename_part(self, path: str, final: str) -> None:
         if self._save_masks:
-            self._mask = LossMaskWriter(mask_path_for(path))
-        self._paths.append(path)
-        self._bytes = self._tokens = 0
-
-    def _close_file(self) -> None:
-        file, mask, self._file, self._mask = self._file, self._mask, None, None
-        if mask is not None:
-            mask.close()
-        if file is not None:
-            file.close()
-
-    def _discard_file(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        """On a failure, close the open file's writers without publishing them."""
-        for writer in (self._mask, self._file):
-            if writer is not None:
-                writer.__exit__(exc_type, exc, tb)
-
-    def _finish(self) -> None:
-        if self._file is None:
-            self._start_file()  # no documents: one empty file, as a single-file output
-        self._close_file()
-        count = len(self._paths)
-        for index, path in enumerate(self._paths):
-            final = os.path.join(self._inner, hub_file_name(self._split, index, count))
-            if self._save_masks:
-                os.rename(mask_path_for(path), mask_path_for(final))
-            os.rename(path, final)
+            os.rename(mask_path_for(path), mask_path_for(final))
+        os.rename(path, final)

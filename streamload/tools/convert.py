@@ -10,14 +10,16 @@ nothing that looks like data, and the next one removes what a dead run left.
 The destination rules and each target's options and writer are in
 :mod:`streamload.tools.convert_targets`: a prefix for ``megatron``, a file with the format's
 suffix for ``modalities``, ``dolma``, ``datatrove`` and a ``.parquet`` file, a folder for
-``numpy``, ``mds``, ``litdata`` and Hub-sized Parquet files; nothing is ever replaced; a
+``numpy``, ``mds``, ``litdata``, ``arrow`` (a ``datasets.save_to_disk`` folder) and
+Hub-sized Parquet files; nothing is ever replaced; a
 relative path is relative to the working folder; ``file://`` URLs are local paths; other
 URLs are refused (write locally, then upload).
 
 Loss masks (:mod:`streamload.tools.masks`): sources with masks give an output with masks,
 datatrove's ``.ds.loss`` or the mask file beside each token file
 (:func:`~streamload.formats.mask_names.mask_path_for`; in a folder output, beside each of its
-files), published with the output, before its token file.
+files; in an ``arrow`` folder, a ``labels_mask`` column beside the tokens), published with
+the output, before its token file.
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ def open_writer(
 
     ``destination`` follows the rules of :mod:`streamload.tools.convert_targets` (a prefix
     for ``megatron``, a file with the format's suffix, a folder for ``numpy``, ``mds``,
-    ``litdata`` and Hub-sized Parquet files); stale leftovers of killed writers beside it
+    ``litdata``, ``arrow`` and Hub-sized Parquet files); stale leftovers of killed writers beside it
     are removed first. With ``masks`` each document comes with its loss mask, written
     beside the token file(s) (module docstring). ``options`` are the target's own
     (``tokenizer_name`` is a shorthand for ``options.tokenizer_name``).

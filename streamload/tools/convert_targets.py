@@ -12,13 +12,16 @@ Destination rules (every target; :mod:`streamload.tools.convert` publishes the e
 * ``parquet``: a file ending in ``.parquet``, or a folder (one that exists, a path ending in
   ``/``, or a name without a suffix) of Hub-sized files ``train-00000-of-0000N.parquet``
   (:mod:`streamload.formats.parquet_folder`); a name with another suffix is refused;
-* ``numpy``, ``mds``, ``litdata``: a folder (``shard_00000.npy``…; ``index.json`` +
-  ``shard.00000.mds``…; ``index.json`` + ``chunk-0-0.bin``…);
-* a folder output must not exist, or be empty; nothing is ever replaced.
+* ``numpy``, ``mds``, ``litdata``, ``arrow``: a folder (``shard_00000.npy``…; ``index.json`` +
+  ``shard.00000.mds``…; ``index.json`` + ``chunk-0-0.bin``…; a ``datasets.save_to_disk``
+  folder, ``data-00000-of-0000N.arrow`` + ``dataset_info.json`` + ``state.json``,
+  :mod:`streamload.formats.arrow_folder`);
+* a folder output must not exist, or be empty; nothing is ever replaced; an ``arrow``
+  folder named ``*.arrow`` is refused.
 
 Options (:class:`WriteOptions`) belong to one target each and are refused elsewhere:
 ``--compression`` and ``--size-limit`` to ``mds``, ``--chunk-bytes`` to ``litdata``,
-``--max-file-size`` to a ``parquet`` folder.
+``--max-file-size`` to a ``parquet`` folder and to ``arrow``.
 """
 
 from __future__ import annotations
@@ -50,13 +53,15 @@ __all__ = [
     "replace_options",
 ]
 
-TARGETS = ("megatron", "modalities", "dolma", "numpy", "datatrove", "parquet", "mds", "litdata")
+TARGETS = (
+    "megatron", "modalities", "dolma", "numpy", "datatrove", "parquet", "arrow", "mds", "litdata"
+)  # fmt: skip
 """Formats ``streamload convert`` writes."""
 
 SUFFIXES = {"modalities": ".pbin", "dolma": ".npy", "datatrove": ".ds", "parquet": ".parquet"}
 """The suffix a single-file target's name must end in (readers recognise the format by it)."""
 
-FOLDER_TARGETS = ("numpy", "mds", "litdata")
+FOLDER_TARGETS = ("numpy", "mds", "litdata", "arrow")
 """Targets whose output is always a folder (a ``parquet`` one is when not named ``.parquet``)."""
 
 _DEFAULT_NAMES = {
@@ -81,8 +86,8 @@ class WriteOptions:
         compression: ``mds``: ``"zstd"`` or ``"zstd:LEVEL"`` (``--compression``).
         size_limit: ``mds``: shard size limit in bytes (``--size-limit``; MDSWriter's 64 MiB).
         chunk_bytes: ``litdata``: token bytes per chunk (``--chunk-bytes``; 64 MB).
-        max_file_bytes: ``parquet`` folder: Arrow bytes per file (``--max-file-size``;
-            500 MB).
+        max_file_bytes: ``parquet`` folder, ``arrow``: Arrow bytes of rows per file
+            (``--max-file-size``; 500 MB).
     """
 
     tokenizer_name: str | None = None
@@ -93,12 +98,12 @@ class WriteOptions:
 
 
 _OPTION_TARGETS = {
-    "compression": ("--compression", "mds"),
-    "size_limit": ("--size-limit", "mds"),
-    "chunk_bytes": ("--chunk-bytes", "litdata"),
-    "max_file_bytes": ("--max-file-size", "parquet"),
+    "compression": ("--compression", ("mds",)),
+    "size_limit": ("--size-limit", ("mds",)),
+    "chunk_bytes": ("--chunk-bytes", ("litdata",)),
+    "max_file_bytes": ("--max-file-size", ("parquet", "arrow")),
 }
-"""Each target option: its flag and the one target that takes it."""
+"""Each target option: its flag and the targets that take it (as folders)."""
 
 
 def parse_size(text: str, flag: str) -> int:
@@ -130,11 +135,14 @@ def check_options(fmt: str, destination: str, options: WriteOptions) -> None:
     Raises:
         ConfigError: naming the flag and the target that takes it.
     """
-    for name, (flag, target) in _OPTION_TARGETS.items():
+    for name, (flag, targets) in _OPTION_TARGETS.items():
         if getattr(options, name) is None:
             continue
-        if fmt != target or not is_folder_output(fmt, destination):
-            where = "a folder of --to parquet" if target == "parquet" else f"--to {target}"
+        if fmt not in targets or not is_folder_output(fmt, destination):
+            where = " or ".join(
+                "a folder of --to parquet" if target == "parquet" else f"--to {target}"
+                for target in targets
+            )
             raise ConfigError(f"{flag} applies to {where} only, not to --to {fmt} {destination}")
     if options.compression is not None:
         _check_compression(options.compression)
@@ -142,7 +150,7 @@ def check_options(fmt: str, destination: str, options: WriteOptions) -> None:
 
 def _check_compression(compression: str) -> None:
     """An MDS compression streamload writes, with the package it needs installed."""
-    from streamload.formats._mds_write import zstd_level
+    from streamload.formats.mds_write import zstd_level
 
     try:
         zstd_level(compression)
@@ -168,6 +176,12 @@ def default_destination(fmt: str, destination: str) -> str:
 
 
 def _check_name(fmt: str, destination: str) -> None:
+    if fmt == "arrow" and destination.rstrip("/" + os.sep).endswith(".arrow"):
+        raise ConfigError(
+            f"{destination}: --to arrow writes a save_to_disk folder, not an .arrow file (a "
+            "folder listing would take a folder named .arrow for a file); name it without "
+            "the suffix"
+        )
     suffix = SUFFIXES.get(fmt)
     if suffix is None or destination.endswith(suffix):
         return
@@ -227,7 +241,8 @@ def format_writer(
     fmt: str, path: str, dtype: np.dtype, options: WriteOptions, masks: bool, shard_tokens: int
 ) -> DocumentWriter:
     """The format's own writer of ``path`` (inside a staging folder); the folder targets
-    and datatrove with their own loss masks when ``masks``; ``shard_tokens`` per NPY shard
+    (``arrow``: a ``labels_mask`` column) and datatrove with their own loss masks when
+    ``masks``; ``shard_tokens`` per NPY shard
     of a ``numpy`` folder."""
     if fmt == "parquet":
         return _parquet_writer(path, dtype, options, masks)
@@ -271,6 +286,11 @@ def _folder_writer(
 
         chunk = options.chunk_bytes
         return LitdataWriter(path, dtype, chunk_bytes=chunk, save_loss_masks=masks)
+    if fmt == "arrow":
+        from streamload.formats.arrow_folder import MAX_FILE_BYTES, ArrowFolderWriter
+
+        limit = options.max_file_bytes or MAX_FILE_BYTES
+        return ArrowFolderWriter(path, dtype, max_file_bytes=limit, save_loss_masks=masks)
     raise ConfigError(f"--to {fmt!r} is not a folder format")  # pragma: no cover - checked
 
 

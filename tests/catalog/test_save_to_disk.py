@@ -76,3 +76,8 @@ def test_a_listed_file_or_a_glob_is_not_checked(saved: Path) -> None:
     (saved / SECOND).unlink()
     assert names(saved / FIRST) == [FIRST]
     assert names(saved / "*.arrow") == [FIRST]
+
+
+def test_datasets_cache_files_beside_a_saved_dataset_are_not_its_data(saved: Path) -> None:
+    shutil.copy(SAVED / SECOND, saved / "cache-0123456789abcdef.arrow")  # a map() result
+    assert names(saved) == [FIRST, SECOND]

@@ -21,9 +21,9 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats._arrow_columns import arrow_errors
 from streamload.formats._arrow_row_groups import RowGroupCache, row_groups
 from streamload.formats.arrow import FORMAT as ARROW
+from streamload.formats.arrow_columns import arrow_errors
 from streamload.formats.base import ListedFile, ReadOptions
 from streamload.formats.parquet import FORMAT, ParquetShard, ParquetWriter
 from streamload.testing import assert_resumes_exactly, collect_global_batches

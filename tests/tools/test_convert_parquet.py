@@ -27,6 +27,7 @@ DESTINATIONS = {
     "datatrove": "src.ds",
     "numpy": "src",
     "parquet": "src.parquet",
+    "arrow": "src",
     "mds": "src",
     "litdata": "src",
 }

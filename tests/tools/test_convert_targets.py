@@ -1,4 +1,5 @@
-"""``streamload convert`` to MDS, LitData and a folder of Parquet files, and back.
+"""``streamload convert`` to MDS, LitData, a folder of Parquet files and a ``save_to_disk``
+folder (``--to arrow``), and back.
 
 Every format streamload writes is converted to each new target and back: the token files
 written back equal the originals byte for byte, and the documents are the same. The command
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,8 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamload.cli.main import main
-from streamload.tools.convert import TARGETS, WriteOptions, convert, open_output
+from streamload.tools.convert import TARGETS, WriteOptions, convert, open_output, open_writer
 from streamload.tools.convert_targets import parse_size
+from streamload.tools.masks import mask_reader
 from tests.tools.test_convert_parquet import (
     DESTINATIONS,
     catalog_of,
@@ -29,8 +32,8 @@ from tests.tools.test_convert_parquet import (
     write_format,
 )
 
-NEW = ("mds", "litdata", "parquet")
-"""The new targets (parquet: a folder of Hub-sized files)."""
+NEW = ("mds", "litdata", "parquet", "arrow")
+"""The new targets (parquet: a folder of Hub-sized files; arrow: a save_to_disk folder)."""
 OLD = [f for f in TARGETS if f not in ("mds", "litdata")]
 
 
@@ -78,7 +81,7 @@ def _small(target: str) -> WriteOptions:
     """Options that cut a small corpus into several files."""
     if target == "mds":
         return WriteOptions(size_limit=400)
-    if target == "parquet":
+    if target in ("parquet", "arrow"):
         return WriteOptions(max_file_bytes=100)
     return WriteOptions(chunk_bytes=100)  # up to 20 chunks: chunk-0-10.bin and on
 
@@ -99,7 +102,11 @@ def test_cli_writes_each_target_and_reads_it_back(
     assert main([*args, str(tmp_path / "p"), "--to", "parquet", "--max-file-size", "18B"]) == 0
     files = [tmp_path / "p" / f"train-0000{i}-of-00002.parquet" for i in range(2)]
     assert f"as parquet (uint16): {files[0]}, {files[1]}" in capsys.readouterr().out
-    for out in ("m", "l", "p"):
+    assert main([*args, str(tmp_path / "a"), "--to", "arrow", "--max-file-size", "18B"]) == 0
+    files = [tmp_path / "a" / f"data-0000{i}-of-00002.arrow" for i in range(2)]
+    names = [*files, tmp_path / "a" / "dataset_info.json", tmp_path / "a" / "state.json"]
+    assert f"as arrow (uint16): {', '.join(map(str, names))}" in capsys.readouterr().out
+    for out in ("m", "l", "p", "a"):
         assert main(["docs", str(tmp_path / out), "--start", "0", "--count", "3", "--json",
                      "--eos", "0"]) == 0  # fmt: skip
         shown = json.loads(capsys.readouterr().out)["documents"]
@@ -108,7 +115,7 @@ def test_cli_writes_each_target_and_reads_it_back(
         assert "sound: 9 tokens" in capsys.readouterr().out
         assert main(["inspect", str(tmp_path / out), "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
-        target = {"m": "mds", "l": "litdata", "p": "parquet"}[out]
+        target = {"m": "mds", "l": "litdata", "p": "parquet", "a": "arrow"}[out]
         assert (report["format"], report["num_tokens"]) == (target, 9)
 
 
@@ -122,6 +129,7 @@ def test_cli_writes_each_target_and_reads_it_back(
         (["--to", "mds", "--size-limit", "lots"], "--size-limit 'lots' is not a size in bytes"),
         (["--to", "mds", "--dtype", "float32"], "--dtype float32 cannot hold token ids"),
         (["--to", "litdata", "--dtype", "nope"], "--dtype 'nope' is not a numpy dtype"),
+        (["--to", "arrow", "--size-limit", "1MB"], "--size-limit applies to --to mds only"),
     ],
 )
 def test_bad_options_are_one_line_errors(
@@ -140,13 +148,23 @@ def test_a_parquet_file_takes_no_max_file_size_and_outputs_are_never_replaced(
     src = write_format(tmp_path, "megatron", [[5, 6, 0]], "uint16")
     one = str(tmp_path / "one.parquet")
     assert main(["convert", str(src), one, "--to", "parquet", "--max-file-size", "1MB"]) != 0
-    assert "--max-file-size applies to a folder of --to parquet only" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--max-file-size applies to a folder of --to parquet or --to arrow only" in err
     for target in NEW:
         (tmp_path / target).mkdir()
         (tmp_path / target / "keep").write_text("x")
         assert main(["convert", str(src), str(tmp_path / target), "--to", target]) != 0
         assert "already exists" in capsys.readouterr().err
         assert [p.name for p in (tmp_path / target).iterdir()] == ["keep"]
+
+
+def test_an_arrow_folder_is_not_named_like_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = write_format(tmp_path, "megatron", [[5, 6, 0]], "uint16")
+    assert main(["convert", str(src), str(tmp_path / "out.arrow"), "--to", "arrow"]) != 0
+    assert "--to arrow writes a save_to_disk folder, not an .arrow file" in capsys.readouterr().err
+    assert not (tmp_path / "out.arrow").exists()
 
 
 def test_zstd_without_zstandard_is_refused_clearly(
@@ -197,8 +215,38 @@ def test_loss_masks_travel_into_each_new_target(tmp_path: Path, target: str) -> 
     out = tmp_path / "out"
     convert(source, open_output(source, target, str(out), options=_small(target)))
     masked = catalog_of(out)
-    got = [b for info in masked.shards for b in Path(str(info.loss_mask)).read_bytes()]
+    assert all(info.loss_mask is not None for info in masked.shards)
+    got = [int(f) for info in masked.shards for f in _flags(info)]
     assert got == [f for flag in flags for f in flag]
+    if target == "arrow":  # in the labels_mask column, no mask file beside
+        assert not [p for p in out.iterdir() if p.suffix == ".loss"]
+
+
+def _flags(info: Any) -> np.ndarray:
+    shard = mask_reader(info)
+    return np.asarray(shard.tokens(0, info.num_tokens))
+
+
+@pytest.mark.parametrize("target", [t for t in NEW if t != "arrow"])
+def test_an_arrow_folder_with_masks_goes_through_each_target_and_back(
+    tmp_path: Path, target: str
+) -> None:
+    """The ``labels_mask`` column travels into each new target's masks and back into the
+    column: the folder written back is the same, byte for byte (the fingerprint too)."""
+    docs = [[5, 6, 0], [7, 0], [8, 9, 10, 0]]
+    flags = [[0, 1, 1], [1, 0], [0, 0, 1, 1]]
+    with open_writer("arrow", str(tmp_path / "a"), np.dtype("int32"), masks=True) as writer:
+        for doc, flag in zip(docs, flags, strict=True):
+            writer.add_document(np.array(doc, np.int32), loss_mask=np.array(flag, np.uint8))
+    source = catalog_of(tmp_path / "a")
+    middle = tmp_path / "mid"
+    convert(
+        source, open_output(source, target, str(middle), options=_small(target)), eos_token_id=0
+    )
+    back = catalog_of(middle)
+    convert(back, open_output(back, "arrow", str(tmp_path / "b")), eos_token_id=0)
+    for name in [p.name for p in (tmp_path / "a").iterdir()]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
 def test_sizes_parse_like_the_tools() -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from streamload.formats._index_json import INDEX_NAME
+from streamload.formats.index_json import INDEX_NAME
 
 __all__ = [
     "MDS_SIZE_LIMIT",

@@ -58,6 +58,13 @@ def data_files(text: bytes, where: str) -> list[str]:
     return [str(n) for n in names]
 
 
+def is_cache_file(name: str) -> bool:
+    """Whether a file of a saved dataset's folder is one of the cache files ``datasets``
+    writes there for ``map``/``filter`` results (``cache-<fingerprint>.arrow``): not data
+    of the saved dataset, never listed in its ``state.json``."""
+    return name.startswith("cache-") and name.endswith(".arrow")
+
+
 def check_data_files(listed: list[str], expected: list[str], folder: str) -> None:
     """The Arrow files listed in ``folder`` must be exactly the ``expected`` ones.
 
