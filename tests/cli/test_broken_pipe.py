@@ -11,8 +11,9 @@ from tests.helpers.corpus_factory import write_corpus
 
 
 def test_a_closed_pipe_ends_the_command_without_a_traceback(tmp_path: Path) -> None:
-    corpus = write_corpus(tmp_path / "data", [300_000], mean_doc_len=8.0)  # megabytes of text
+    corpus = write_corpus(tmp_path / "data", [300_000], mean_doc_len=8.0)
     command = [sys.executable, "-m", "streamload", "docs", str(corpus.folder), "--eos", "0"]
+    command += ["--count", "30000"]  # about a megabyte: far more than a pipe holds
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout is not None and process.stderr is not None
     process.stdout.readline()
