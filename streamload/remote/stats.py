@@ -8,6 +8,7 @@ per storage key, kept across worker restarts), and ``loader.stats()`` reports th
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -93,6 +94,16 @@ def counter_delta(now: dict[str, Any], before: dict[str, Any] | None) -> dict[st
 
 _totals: dict[str, RemoteStats] = {}
 _totals_lock = threading.Lock()
+
+
+def _reset_totals_lock() -> None:
+    # A parent thread may hold the lock at a fork (the child keeps the parent's totals).
+    global _totals_lock
+    _totals_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reset_totals_lock)
 
 
 def worker_totals(key: str) -> RemoteStats:

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import fsspec
+import fsspec.asyn
 import numpy as np
 
 from streamload.errors import RemoteReadError, RemoteStallError
@@ -75,6 +76,18 @@ def _runs(pieces: list[_Piece], gap: int) -> list[list[_Piece]]:
 
 
 _LOG = logging.getLogger("streamload.remote")
+
+
+def _reset_after_fork() -> None:
+    """A forked child starts its remote state afresh, before any of its threads runs: the
+    parent's stores (their pools' threads do not exist here) and every lock a parent thread
+    may have held at the fork. fsspec's own at-fork hook forgets its IO loop but not the lock
+    that guards creating one (it resets a misspelled global), so a child whose parent was
+    creating the loop at the fork would wait for ever at its first signing or listing."""
+    RemoteStore._registry = {}
+    RemoteStore._registry_pid = os.getpid()
+    RemoteStore._registry_lock = threading.Lock()
+    fsspec.asyn.reset_lock()
 
 
 class RemoteStore:
@@ -380,3 +393,7 @@ class RemoteStore:
                 return True
             concurrent.futures.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
         return False
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reset_after_fork)
