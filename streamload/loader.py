@@ -24,11 +24,10 @@ from typing import Any
 import torch
 from torchdata.nodes import BaseNode, PinMemory
 
-from streamload.config import DataConfig, SamplingMode, load_config
+from streamload.config import DataConfig, load_config
 from streamload.config.loader_args import LoaderOptions, WorkerType, check_loader_args
-from streamload.config.vsl import vsl_batch_size
 from streamload.distributed import ModelParallel, resolve_data_parallel
-from streamload.errors import ConfigError
+from streamload.modes import build_stream, get_mode
 from streamload.nodes.map_stage import MapStage
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.materialize import Materialize, count_delivered_skips
@@ -102,7 +101,7 @@ class StreamLoader:
         self._chain: BaseNode[Batch] | None = None
         self._planner: PlanChunks | None = None
         self._workers: MapWorkers[Any, Batch] | None = None
-        self.evaluation = isinstance(stream, EvaluationStream)
+        self.evaluation = stream.layout.evaluation
         # Only a source policy can end a stream early; others need no end-of-stream look-ahead.
         limits = any(source.limit is not None for source in stream.sources)
         self._limited = limits and not self.evaluation  # an evaluation pass ignores policies
@@ -306,9 +305,9 @@ class StreamLoader:
             size = 5 * b * (length + 1) + 17 * b
         if self.stream.config.packing.masks:
             size += 16 * b * length + 4 * b * (length + 1) + 4 * b
-        sampling = self.stream.config.sampling
-        if sampling.mode is SamplingMode.VSL:  # up to max/min rows per slot; position_ids
-            rows = b * length // int(sampling.min_seq_len or 1)
+        layout = self.stream.layout
+        if layout.positions:  # position_ids; rows of their own (vsl: pieces of a slot)
+            rows = b * layout.rows_per_sample
             size += 17 * rows + 8 * b * length + 4 * rows
         return size + 64 * 8  # alignment of up to 8 tensors
 
@@ -316,7 +315,7 @@ class StreamLoader:
         return self._chunk_batches() * self._batch_bytes() + 64 * 8
 
     def _chunk_batches(self) -> int:
-        most = getattr(self.stream, "max_chunk_batches", MAX_CHUNK_BATCHES)  # vsl: one step
+        most = self.stream.layout.max_chunk_batches or MAX_CHUNK_BATCHES
         if self.options.chunk_batches is not None:
             return min(most, self.options.chunk_batches)
         return max(1, min(most, CHUNK_BYTES // self._batch_bytes()))
@@ -432,20 +431,16 @@ def build_loader(
         FormatError: a shard is corrupt or unreadable as configured.
     """
     cfg = load_config(config)
-    if split is not None and cfg.sampling.mode is SamplingMode.VSL:
-        raise ConfigError(
-            f"build_loader(split={split!r}) in vsl mode: an evaluation pass has no curriculum; "
-            "evaluate the same split with mode = 'packed' or 'concat' (docs/sampling.md)"
-        )
-    cfg = evaluation_config(cfg, split, shuffle)
+    mode = get_mode(cfg.sampling.mode_name)
+    cfg = evaluation_config(cfg, split, shuffle)  # refuses a mode without evaluation passes
     r, w = resolve_data_parallel(rank, world_size, mesh, model_parallel)
-    if cfg.sampling.mode is SamplingMode.VSL:
-        batch_size = vsl_batch_size(cfg, batch_size, w)
-    elif batch_size is None:
-        raise ConfigError("build_loader: batch_size is required (per-rank samples per batch)")
+    if mode.derive_batch_size is not None:  # it divides by the world size: check that first
+        given = 1 if batch_size is None else batch_size
+        check_loader_args(None, batch_size=given, rank=r, world_size=w, num_workers=num_workers)
+    batch_size = mode.batch_size(cfg, batch_size, w)
     opts = check_loader_args(  # before any listing, header read or worker start
         cfg, batch_size=batch_size, rank=r, world_size=w, num_workers=num_workers, options=options
     )
     spec = RankSpec(r, w, batch_size)
-    kind: type[SampleStream] = SampleStream if split is None else EvaluationStream
-    return StreamLoader(kind.from_config(cfg), spec, num_workers, opts)
+    stream = build_stream(cfg) if split is None else EvaluationStream(build_stream(cfg))
+    return StreamLoader(stream, spec, num_workers, opts)

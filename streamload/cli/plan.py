@@ -11,10 +11,9 @@ import numpy as np
 
 from streamload.config import load_config
 from streamload.errors import ConfigError
+from streamload.modes import ModeSpec, build_stream, get_mode
 from streamload.streams.interface import SampleStream
-from streamload.streams.vsl import VslStream
 from streamload.tools.report import batch_source_counts, mixture_report, split_report
-from streamload.tools.vsl_report import plot_curriculum, report_lines, vsl_report
 
 __all__ = ["add_parser", "run"]
 
@@ -37,17 +36,18 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; returns the exit code."""
-    stream = SampleStream.from_config(load_config(args.config))
-    if isinstance(stream, VslStream):
-        return _run_vsl(stream, args)
-    packing = {s.name: s.packing_report() for s in stream.sources if hasattr(s, "packing_report")}
-    # packed and padded modes: what an epoch of each source holds; a split: where each
-    # source's splits lie (any config); the mixture part needs a mixture
-    report: dict[str, Any] = {"packing": packing} if packing else {}
+    stream = build_stream(load_config(args.config))
+    mode = get_mode(stream.config.sampling.mode_name)
+    # the stream's shape, what the mode adds (packed/padded: an epoch of each source; vsl:
+    # its lengths), where each source's splits lie, and a mixture's realized shares per step
+    report: dict[str, Any] = {"stream": _summary(stream)}
+    if mode.plan_report is not None:
+        report.update(mode.plan_report(stream, args.steps))
     splits = split_report(stream)
     if splits:
         report["splits"] = splits
-    if stream.is_mixture or not report:
+    mixture = mode.mixture_report and stream.is_mixture
+    if mixture:
         if args.steps is None:
             raise ConfigError(
                 "streamload plan: --steps N is required for a mixture's report (global steps "
@@ -57,13 +57,45 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        _print(report)
-    if args.plot and stream.is_mixture and args.steps is not None:
-        _plot(stream, args.steps, args.plot)
+        _print(report, mode)
+    if args.plot:
+        _plot_report(stream, mode, args.plot, args.steps if mixture else None)
     return 0
 
 
-def _print(report: dict[str, Any]) -> None:
+def _plot_report(stream: SampleStream, mode: ModeSpec, path: str, steps: int | None) -> None:
+    if mode.plot is not None:
+        if mode.plot(stream, path):
+            print(f"wrote {path}")
+        else:
+            print("--plot needs matplotlib: pip install 'streamload[plot]'")
+    elif stream.is_mixture and steps is not None:
+        _plot(stream, steps, path)
+
+
+def _summary(stream: SampleStream) -> dict[str, Any]:
+    """The stream's shape: its mode, sample length, pass and each source's epoch."""
+    return {
+        "mode": stream.config.sampling.mode_name,
+        "seq_len": stream.seq_len,
+        "unit": stream.layout.unit,
+        "pass_length": stream.pass_length,
+        "sources": {s.name: {"per_epoch": s.num_windows} for s in stream.sources},
+    }
+
+
+def _print(report: dict[str, Any], mode: ModeSpec) -> None:
+    summary = report["stream"]
+    length = summary["pass_length"]
+    print(
+        f"{summary['mode']} mode, seq_len {summary['seq_len']}; a pass holds "
+        + ("no end (an endless mixture)" if length is None else f"{length:,} {summary['unit']}")
+    )
+    for name, info in summary["sources"].items():
+        print(f"  {name}: {info['per_epoch']:,} {summary['unit']} per epoch")
+    if mode.plan_lines is not None:
+        for line in mode.plan_lines(report):
+            print(line)
     if "steps" in report:
         print(f"{report['steps']} steps of {report['global_batch_size']} samples")
     for phase in report.get("phases", []):
@@ -81,13 +113,6 @@ def _print(report: dict[str, Any]) -> None:
         )
     for name, info in report.get("splits", {}).items():
         _print_split(name, info)
-    for name, p in report.get("packing", {}).items():
-        print(
-            f"{name} per epoch: {p['documents']:,} documents -> {p['items']:,} items -> "
-            f"{p['samples']:,} samples ({p['samples_over_bound_pct']:.2f} % over the bound); "
-            f"{p['data_tokens']:,} data, {p['padding_tokens']:,} padding, "
-            f"{p['truncated_tokens']:,} truncated tokens"
-        )
 
 
 def _print_split(name: str, info: dict[str, Any]) -> None:
@@ -127,23 +152,3 @@ def _plot(stream: SampleStream, steps: int, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     print(f"wrote {path}")
-
-
-def _run_vsl(stream: VslStream, args: argparse.Namespace) -> int:
-    """vsl mode: what one epoch holds per length and per curriculum segment."""
-    report: dict[str, Any] = {"vsl": vsl_report(stream)}
-    splits = split_report(stream)
-    if splits:
-        report["splits"] = splits
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print("\n".join(report_lines(report["vsl"])))
-        for name, info in report.get("splits", {}).items():
-            _print_split(name, info)
-    if args.plot:
-        if plot_curriculum(stream, args.plot):
-            print(f"wrote {args.plot}")
-        else:
-            print("--plot needs matplotlib: pip install 'streamload[plot]'")
-    return 0

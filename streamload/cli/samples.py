@@ -24,14 +24,12 @@ from typing import Any
 import numpy as np
 
 from streamload.config import load_config
-from streamload.config.vsl import vsl_batch_size
 from streamload.errors import ConfigError
+from streamload.modes import SamplesRequest, build_stream, get_mode
 from streamload.plan.partition import num_batches
 from streamload.streams.interface import SampleStream
-from streamload.streams.vsl import VslStream
-from streamload.tools.vsl_report import save_npz, step_arrays
 
-__all__ = ["add_parser", "rank_positions", "run"]
+__all__ = ["add_parser", "rank_positions", "run", "write_rows"]
 
 
 def add_parser(sub: Any) -> None:
@@ -80,47 +78,37 @@ def rank_positions(
 
 def run(args: argparse.Namespace) -> int:
     """Write the samples; returns the exit code."""
-    stream = SampleStream.from_config(load_config(args.config))
-    if isinstance(stream, VslStream):
-        return _run_vsl(stream, args)
+    stream = build_stream(load_config(args.config))
+    request = SamplesRequest(
+        args.epoch, args.start, args.count, args.rank, args.world_size, args.batch_size, args.out
+    )
+    write = get_mode(stream.config.sampling.mode_name).write_samples or write_rows
+    print(write(stream, request))
+    return 0
+
+
+def write_rows(stream: SampleStream, request: SamplesRequest) -> str:
+    """Rows of one width: positions ``[start, start + count)`` (a rank's share of them with
+    ``rank``, ``world_size`` and ``batch_size``) into an int64 ``.npy``; returns what it wrote.
+
+    Raises:
+        ConfigError: a range outside the pass, or rank arguments that do not go together.
+    """
     length = stream.pass_length
-    if (
-        args.start < 0
-        or args.count < 0
-        or (length is not None and args.start + args.count > length)
-    ):
+    start, count = request.start, request.count
+    if start < 0 or count < 0 or (length is not None and start + count > length):
         raise ConfigError(
-            f"--start {args.start} --count {args.count} is outside the pass of {length} samples"
+            f"--start {start} --count {count} is outside the pass of {length} samples"
         )
-    positions = np.arange(args.start, args.start + args.count, dtype=np.int64)
-    by_rank = (args.rank, args.world_size, args.batch_size)
+    positions = np.arange(start, start + count, dtype=np.int64)
+    by_rank = (request.rank, request.world_size, request.batch_size)
     if any(v is not None for v in by_rank):
-        if any(v is None for v in by_rank):
+        if request.rank is None or request.world_size is None or request.batch_size is None:
             raise ConfigError("--rank, --world-size and --batch-size go together")
         accum = stream.config.grad_accum_steps
-        positions = rank_positions(args.start, args.count, *by_rank, length, accum)
-    tokens, _ = stream.read(args.epoch, positions)
-    np.save(args.out, tokens.astype(np.int64))
-    print(f"wrote {tokens.shape[0]} samples x {tokens.shape[1]} tokens to {args.out}")
-    return 0
-
-
-def _run_vsl(stream: VslStream, args: argparse.Namespace) -> int:
-    """vsl mode: steps ``[start, start + count)``, each its own length, into a ``.npz``."""
-    if (args.rank is None) != (args.world_size is None):
-        raise ConfigError("--rank and --world-size go together")
-    world, rank = args.world_size or 1, args.rank or 0
-    if not 0 <= rank < world:
-        raise ConfigError(f"--rank {rank} must be in [0, {world})")
-    if args.batch_size is not None:
-        vsl_batch_size(stream.config, args.batch_size, world)
-    if not args.out.endswith(".npz"):
-        raise ConfigError(
-            f"--out {args.out!r}: vsl steps have different lengths; name a .npz file "
-            "(one array step_K per step, and lengths)"
+        positions = rank_positions(
+            start, count, request.rank, request.world_size, request.batch_size, length, accum
         )
-    arrays = step_arrays(stream, args.epoch, args.start, args.count, world, rank)
-    save_npz(args.out, arrays)
-    lengths = ", ".join(map(str, arrays["lengths"].tolist()))
-    print(f"wrote {args.count} steps (lengths {lengths}) to {args.out}")
-    return 0
+    tokens, _ = stream.read(request.pass_index, positions)
+    np.save(request.out, tokens.astype(np.int64))
+    return f"wrote {tokens.shape[0]} samples x {tokens.shape[1]} tokens to {request.out}"

@@ -21,17 +21,15 @@ from streamload.config.checks import (
     table_fields,
 )
 from streamload.config.files import read_config_file
+from streamload.config.modes import mode_plugin
 from streamload.config.options import (
     MixtureConfig,
     PackingConfig,
     PhaseConfig,
     SamplingConfig,
-    SamplingMode,
 )
-from streamload.config.packed import check_packed_config
 from streamload.config.source import SourceConfig
 from streamload.config.storage import StorageConfig
-from streamload.config.vsl import check_vsl_config
 from streamload.errors import ConfigError, add_note
 
 __all__ = ["DataConfig", "load_config", "read_config_file"]
@@ -88,9 +86,9 @@ class DataConfig:
     def is_mixture(self) -> bool:
         """Several sources, or a schedule: samples are allocated to sources by weight.
 
-        Never in ``megatron`` mode, which blends by Megatron's own rule.
+        Never in a mode that blends by its own rule (``megatron``).
         """
-        if self.sampling.mode is SamplingMode.MEGATRON:
+        if not mode_plugin(self.sampling.mode_name).blends_sources:
             return False
         return len(self.sources) > 1 or bool(self.schedule)
 
@@ -124,15 +122,7 @@ class DataConfig:
             object.__setattr__(self, "schedule", tuple(self.schedule))
         weights = [s.weight for s in self.sources if s.weight is not None]
         check_weight_sum(weights, "source weights")
-        if self.sampling.mode is SamplingMode.MEGATRON:
-            from streamload.config.megatron import check_megatron_config
-
-            check_megatron_config(self)
-            return
-        if self.sampling.mode.whole_documents:
-            check_packed_config(self)
-        if self.sampling.mode is SamplingMode.VSL:
-            check_vsl_config(self)
+        mode_plugin(self.sampling.mode_name).check_config(self)
         if self.is_mixture:
             self._check_mixture(names)
 

@@ -139,7 +139,7 @@ class SamplingConfig:
             of an epoch's batches by length, and its cycles.
     """
 
-    mode: SamplingMode = SamplingMode.CONCAT
+    mode: SamplingMode | str = SamplingMode.CONCAT
     shuffle: bool = True
     shuffle_block: int = 0
     num_samples: int | None = None
@@ -157,7 +157,7 @@ class SamplingConfig:
     num_cycles: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", to_enum(SamplingMode, self.mode, "sampling.mode"))
+        object.__setattr__(self, "mode", _mode_value(self.mode))
         object.__setattr__(
             self, "split_name", to_enum(MegatronSplit, self.split_name, "sampling.split_name")
         )
@@ -176,10 +176,10 @@ class SamplingConfig:
                 f"sampling.shuffle_block = {self.shuffle_block} needs shuffle = true (an "
                 "unshuffled stream already reads consecutive windows); remove one of them"
             )
-        if not self.mode.whole_documents and self.long_documents is not LongDocuments.SPLIT:
+        if not self.whole_documents and self.long_documents is not LongDocuments.SPLIT:
             raise ConfigError(
                 f"sampling.long_documents = {self.long_documents.value!r} applies only to "
-                f"mode = 'packed' or 'padded', but mode = {self.mode.value!r}"
+                f"mode = 'packed' or 'padded', but mode = {self.mode_name!r}"
             )
         check_vsl_sampling(self)
         if self.mode is SamplingMode.MEGATRON:
@@ -191,9 +191,9 @@ class SamplingConfig:
         self._check_split()
         if self.cache_dir is not None:
             check_path(self.cache_dir, "sampling.cache_dir")
-        if self.mode.whole_documents and not self.cross_shard:
+        if self.whole_documents and not self.cross_shard:
             raise ConfigError(
-                f"sampling.cross_shard = false has no meaning with mode = {self.mode.value!r}: "
+                f"sampling.cross_shard = false has no meaning with mode = {self.mode_name!r}: "
                 "items are whole documents or pieces of one, which never span two shards (a "
                 "packed sample may hold items of several shards); remove it"
             )
@@ -224,6 +224,16 @@ class SamplingConfig:
             )
         if self.cache_dir is not None:
             check_path(self.cache_dir, "sampling.cache_dir")
+
+    @property
+    def mode_name(self) -> str:
+        """The mode's name (a built-in's value, or a registered mode's name)."""
+        return self.mode.value if isinstance(self.mode, SamplingMode) else self.mode
+
+    @property
+    def whole_documents(self) -> bool:
+        """A built-in whole-document mode (``packed``/``padded``) reads the keys for them."""
+        return isinstance(self.mode, SamplingMode) and self.mode.whole_documents
 
     @property
     def megatron_split(self) -> str:
@@ -264,18 +274,30 @@ class SamplingConfig:
             "add_extra_token": (self.add_extra_token, True),
             "drop_last_partial": (self.drop_last_partial, True),
         }
-        if self.cache_dir is not None and not self.mode.plans_documents:
+        plans = isinstance(self.mode, SamplingMode) and self.mode.plans_documents
+        if self.cache_dir is not None and not plans:
             raise ConfigError(
                 f"sampling.cache_dir = {show(self.cache_dir)} applies only to mode = "
                 f"'megatron', 'packed', 'padded' or 'vsl' (built indices, plans), but mode = "
-                f"{self.mode.value!r}"
+                f"{self.mode_name!r}"
             )
         for name, (value, default) in megatron_only.items():
             if value != default:
                 raise ConfigError(
                     f"sampling.{name} = {show(getattr(value, 'value', value))} applies only to "
-                    f"mode = 'megatron', but mode = {self.mode.value!r}"
+                    f"mode = 'megatron', but mode = {self.mode_name!r}"
                 )
+
+
+def _mode_value(value: object) -> SamplingMode | str:
+    """A built-in mode as its :class:`SamplingMode`, a registered one by its name."""
+    if isinstance(value, SamplingMode):
+        return value
+    if isinstance(value, str) and value not in {m.value for m in SamplingMode}:
+        from streamload.config.modes import mode_plugin  # the registry names the valid modes
+
+        return str(mode_plugin(value).name)
+    return to_enum(SamplingMode, value, "sampling.mode")
 
 
 def evaluation_sampling(

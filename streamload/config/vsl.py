@@ -147,7 +147,7 @@ def check_vsl_sampling(sampling: Any) -> None:
             value = getattr(sampling, given[0])
             raise ConfigError(
                 f"sampling.{given[0]} = {show(getattr(value, 'value', value))} applies only to "
-                f"mode = 'vsl', but mode = {sampling.mode.value!r}"
+                f"mode = 'vsl', but mode = {sampling.mode_name!r}"
             )
         return
     for name in ("min_seq_len", "tokens_per_batch"):

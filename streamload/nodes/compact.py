@@ -24,11 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from streamload.config.options import SamplingMode
 from streamload.config.source import OnError
 from streamload.errors import FormatError
 from streamload.streams.chunks import TokenChunk
-from streamload.streams.evaluation import EvaluationStream
 
 __all__ = ["can_mask_labels", "compact_dtype", "compact_tokens", "stream_dtype"]
 
@@ -76,10 +74,10 @@ def _refuse(chunk: TokenChunk, flat: int, tokens: np.ndarray, dtype: np.dtype[An
 
 def can_mask_labels(stream: Any) -> bool:
     """Whether a label of ``stream``'s batches can be -100, so a compact batch needs
-    ``label_mask``: padding (``packed``/``padded``/``megatron`` modes, evaluation loaders),
-    loss-mask files, ``on_error = "skip"``, or packing masks with ``eod_mask_loss``."""
+    ``label_mask``: padding (a mode whose layout pads, evaluation loaders), loss-mask files,
+    ``on_error = "skip"``, or packing masks with ``eod_mask_loss``."""
     config = stream.config
-    if isinstance(stream, EvaluationStream) or config.sampling.mode is not SamplingMode.CONCAT:
+    if stream.layout.label_padding:
         return True  # evaluation pads its last batch; whole documents and Megatron pad
     if config.packing.flags[2]:  # eod_mask_loss
         return True

@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from streamload.config import SamplingMode
 from streamload.nodes._worker_stats import SKIPPED_KEY, count_delivered_skips, skipped_counts
 from streamload.nodes.compact import can_mask_labels, stream_dtype
 from streamload.nodes.pack_masks import MaskPacker
@@ -44,7 +43,7 @@ class Materialize:
             compact=compact,
             label_mask=compact and can_mask_labels(stream),
             token_dtype=stream_dtype(stream) if compact else None,
-            positions=cfg.sampling.mode is SamplingMode.VSL,
+            positions=stream.layout.positions,
         )
         self.num_sources = len(stream.sources) if count_skipped else 0
 

@@ -16,11 +16,11 @@ walk the pattern over and over: batch ``J`` takes rows ``[J·R, (J+1)·R)`` of i
 A deficit rule (concat mixtures) needs the history; cumulative rounding of the weights'
 running boundaries is not monotone (a source can "lose" a row between batches), which a
 source's draw sequence cannot allow. A schedule phase starts a new pattern from the counts
-at its first batch (:mod:`streamload.streams.vsl_draws`).
+at its first batch (:mod:`streamload.modes.vsl.draws`).
 
 Each (source, bucket) is an endless sequence of draws: draw ``d`` is slot ``d mod E`` of
 epoch ``d // E`` of the source's keyed permutation of its pieces of that length (``E``: the
-pieces an epoch uses; see :class:`streamload.streams.vsl.VslStream`).
+pieces an epoch uses; see :class:`streamload.modes.vsl.stream.VslStream`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ and its stat (size, mtime, ctime, inode). Any write sets ctime, which no user ca
 back, so a file whose stat still matches was not changed since it was hashed; a copied,
 restored or edited file is hashed again. Used by the index cache
 (:mod:`streamload.streams.index_cache`) and for megatron-core's own cache files
-(:mod:`streamload.streams.megatron_core_cache`).
+(:mod:`streamload.modes.megatron.core_cache`).
 """
 
 from __future__ import annotations

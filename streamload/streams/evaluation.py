@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamload.config import DataConfig, SamplingMode, load_config
+from streamload.config import DataConfig, load_config
+from streamload.config.modes import mode_plugin
 from streamload.config.options import evaluation_sampling
 from streamload.errors import ConfigError, add_note
 from streamload.plan.partition import chunk_sample_ids
@@ -67,17 +68,19 @@ class EvaluationStream:
         self.num_windows: int = inner.num_windows  # samples in one epoch of the first source
         self.has_documents: bool = inner.has_documents  # document starts from the indices
         self.ended_by: str | None = None
-        self.megatron = inner.config.sampling.mode is SamplingMode.MEGATRON
-        counts = [0] if self.megatron else [s.num_windows for s in inner.sources]
+        # a padded last batch: labels can be -100 where no mode of its own pads
+        self.layout = replace(inner.layout, evaluation=True, label_padding=True)
+        self.own_pass = inner.layout.own_evaluation_pass
+        counts = [0] if self.own_pass else [s.num_windows for s in inner.sources]
         self._firsts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        length = inner.pass_length if self.megatron else int(self._firsts[-1])
+        length = inner.pass_length if self.own_pass else int(self._firsts[-1])
         self._length = int(length or 0)
 
     @classmethod
     def from_config(cls, config: DataConfig) -> EvaluationStream:
         """Describe the sources of an evaluation config (its split and order already set,
         :func:`evaluation_config`) and build the pass."""
-        from streamload.streams.interface import build_stream  # the modes import nothing here
+        from streamload.streams.interface import build_stream  # the stream of the config's mode
 
         return cls(build_stream(config))
 
@@ -129,21 +132,21 @@ class EvaluationStream:
         ids = np.asarray(samples, dtype=np.int64)
         if ids.size and (ids.min() < 0 or ids.max() >= self._length):
             raise IndexError(f"sample index out of range [0, {self._length})")
-        if self.megatron:
+        if self.own_pass:
             return self.inner.locate(0, ids)
         source = np.searchsorted(self._firsts, ids, side="right") - 1
         return source.astype(np.int16), ids - self._firsts[source]
 
     def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
         """Where each sample's tokens start in its source."""
-        if self.megatron:
+        if self.own_pass:
             return self.inner.window_starts(0, samples)
         src, local = self.locate(pass_index, samples)
         return source_window_starts(self.sources, src, local)
 
     def read(self, pass_index: int, samples: Any) -> tuple[np.ndarray, np.ndarray]:
         """Tokens and window starts of pass samples (random access)."""
-        if self.megatron:
+        if self.own_pass:
             return self.inner.read(0, samples)
         ids = np.asarray(samples, dtype=np.int64).ravel()
         src, local = self.locate(pass_index, ids)
@@ -154,7 +157,7 @@ class EvaluationStream:
     def source_positions(self, cursor: StreamCursor) -> dict[str, dict[str, int]]:
         """Per source: its samples before the cursor in this pass, and their epoch (1 once
         the source's split is done)."""
-        if self.megatron:
+        if self.own_pass:
             return self.inner.source_positions(replace(cursor, pass_index=0))
         drawn = np.clip(cursor.sample - self._firsts[:-1], 0, np.diff(self._firsts))
         return {
@@ -166,7 +169,7 @@ class EvaluationStream:
         """The inner stream's, marked as an evaluation pass; concat, packed and padded modes
         drop the mixture's schedule and ``num_samples``, which do not decide this order."""
         out = dict(self.inner.fingerprint(None))
-        if not self.megatron:
+        if not self.own_pass:
             out.pop("schedule", None)
             out.pop("num_samples", None)
         out["evaluation"] = True
@@ -187,6 +190,7 @@ def evaluation_config(config: DataConfig, split: str | None, shuffle: bool | Non
                 "...); a training loader's order is sampling.shuffle in the config"
             )
         return config
+    mode_plugin(config.sampling.mode_name).check_evaluation(split)
     try:
         return replace(config, sampling=evaluation_sampling(config.sampling, split, shuffle))
     except ConfigError as exc:

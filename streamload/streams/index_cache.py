@@ -28,7 +28,7 @@ naming no owner (empty or torn: its builder died between creating and writing it
 files that killed writers left in the folder (:func:`streamload.util.files.remove_stale_temps`:
 only those whose writer is provably gone).
 
-megatron-core's own cache files are read by :mod:`streamload.streams.megatron_core_cache`,
+megatron-core's own cache files are read by :mod:`streamload.modes.megatron.core_cache`,
 with the same checks.
 
 ``cache_dir`` that is a file, or that cannot be made or written when indices must be saved, is

@@ -2,10 +2,9 @@
 
 A *sampling mode* turns described sources into the global sample stream: sample ``g`` of a
 pass is a pure function of ``(data, config, seed, g)`` (docs/design.md §1). Each mode is one
-module of this package (``concat.py``, ``megatron.py``, ``packed.py``, ``vsl.py``) with a
-class that satisfies :class:`SampleStream` structurally:
-it does not inherit from it, and the mode modules never import this one, so adding a mode
-means writing its module and one line in :func:`build_stream`.
+folder of :mod:`streamload.modes` whose stream satisfies :class:`SampleStream` structurally
+(it does not inherit from it); :func:`build_stream` asks the mode registry
+(:mod:`streamload.config.modes`) for the config's mode, so adding a mode touches nothing here.
 
 The loader, :class:`streamload.StreamDataset`, the nodes and the tools type against these
 protocols only. A stream is picklable (process workers get a copy) and holds no position:
@@ -20,13 +19,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from streamload.config import DataConfig, SamplingMode
+from streamload.config import DataConfig
+from streamload.config.modes import mode_plugin
 from streamload.streams.chunks import ChunkPlan, TokenChunk
-from streamload.streams.concat import ConcatStream
 from streamload.streams.cursor import StreamCursor
-from streamload.streams.megatron import MegatronStream
-from streamload.streams.packed import PackedStream
-from streamload.streams.vsl import VslStream
+from streamload.streams.layout import BatchLayout
 
 if TYPE_CHECKING:
     from streamload.catalog.sources import SourceCatalog
@@ -67,6 +64,11 @@ class StreamSource(Protocol):
 
     def prefetch(self, local: np.ndarray) -> None:
         """Start fetching the tokens of source-local sample ids (remote sources; else a no-op)."""
+        ...
+
+    def stream_offset(self, local: int, start: int, position: int) -> int | None:
+        """Where ``position`` of source-local sample ``local`` (whose tokens were read from
+        stream offset ``start``) lies in the source's tokens; ``None`` where untraceable."""
         ...
 
     def drawn(self, samples: int) -> dict[str, int]:
@@ -136,6 +138,12 @@ class SampleStream(Protocol):
         """Whether document starts come from the formats' indices (else from EOS)."""
         ...
 
+    @property
+    def layout(self) -> BatchLayout:
+        """What the mode's batches hold beyond the common layout (the nodes, the loader and
+        the tools ask this, never the mode's name)."""
+        ...
+
     def start(self, pass_index: int = 0) -> StreamCursor:
         """The cursor at the start of pass ``pass_index``."""
         ...
@@ -191,10 +199,5 @@ def build_stream(config: DataConfig) -> SampleStream:
     Raises:
         ConfigError, FormatError: bad config or data (named).
     """
-    if config.sampling.mode is SamplingMode.MEGATRON:
-        return MegatronStream.from_config(config)
-    if config.sampling.mode.whole_documents:
-        return PackedStream.from_config(config)
-    if config.sampling.mode is SamplingMode.VSL:
-        return VslStream.from_config(config)
-    return ConcatStream.from_config(config)
+    stream: SampleStream = mode_plugin(config.sampling.mode_name).build(config)
+    return stream

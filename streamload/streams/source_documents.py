@@ -36,7 +36,7 @@ def source_document_bounds(
     eos = config.eos_token_id
     if eos is None and not all(get_format(s.format).has_documents for s in catalog.shards):
         raise ConfigError(
-            f"source {catalog.config.name!r}: {config.sampling.mode.value} mode needs "
+            f"source {catalog.config.name!r}: {config.sampling.mode_name} mode needs "
             "documents; its format records none, so set eos_token_id"
         )
     parts = [np.zeros(1, dtype=np.int64)]

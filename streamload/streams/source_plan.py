@@ -1,6 +1,6 @@
 """A source's plan built from its documents, cached on disk and mapped: the one loader of
-``packed``/``padded`` packing plans (:mod:`streamload.streams.packed_plan`) and ``vsl``
-piece plans (:mod:`streamload.streams.vsl_plan`).
+``packed``/``padded`` packing plans (:mod:`streamload.modes.packed.plan_cache`) and ``vsl``
+piece plans (:mod:`streamload.modes.vsl.plan_cache`).
 
 The cache key names every input: :func:`files_description` (each token file's path, bytes,
 tokens, dtype, format and listed versions, of it and of its index) plus what the caller

@@ -4,7 +4,7 @@ Boundaries come from what the loader used: the batch's ``cu_seqlens`` when it ca
 masks (with every Megatron switch on), else the document starts the stream finds for masks
 (the format's index, packed items, or EOS). A segment's first token is then traced back to
 its source: concat rows are one window (``window start + position``), packed rows a list of
-items (:class:`~streamload.streams.packed_source.PackedSource`'s plan), Megatron rows are not
+items (:class:`~streamload.modes.packed.source.PackedSource`'s plan), Megatron rows are not
 traced (their pieces come from megatron-core's document index). From the stream offset come
 the shard and the offset inside it (``ShardSet.locate``), the document number from the
 shard's index, and the format's per-document metadata where it has some (Dolma's CSV ``id``,
@@ -20,11 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from streamload.config import SamplingMode
 from streamload.ops.masks import starts_from_eos
-from streamload.streams.concat_source import ConcatSource
 from streamload.streams.interface import SampleStream
-from streamload.streams.packed_source import PackedSource
 from streamload.tools.documents import document_metadata
 from streamload.tools.show import StepBatch
 
@@ -45,13 +42,10 @@ def _starts_matrix(stream: SampleStream, view: StepBatch) -> np.ndarray | None:
 def documents_origin(stream: SampleStream, source: int) -> str:
     """How a source's document starts are found: ``items``, ``pieces`` (vsl mode: a row is
     part of one document), ``index`` or ``eos``."""
-    mode = stream.config.sampling.mode
-    if mode.whole_documents:
-        return "items"
-    if mode is SamplingMode.VSL:
-        return "pieces"
-    src = stream.sources[source]
-    return "index" if isinstance(src, ConcatSource) and src.has_documents else "eos"
+    origin = stream.layout.documents
+    if origin is not None:
+        return origin
+    return "index" if getattr(stream.sources[source], "has_documents", False) else "eos"
 
 
 def row_segments(stream: SampleStream, view: StepBatch) -> list[list[int] | None]:
@@ -83,7 +77,7 @@ class DocumentTracer:
         self.stream = stream
         self.view = view
         self.eos = stream.config.eos_token_id
-        self.traced = stream.config.sampling.mode is not SamplingMode.MEGATRON
+        self.traced = stream.layout.traced
         self.shards: dict[str, dict[str, Any]] = {}
         """Every shard a traced document lies in: ``{path: {"format", "tokenizer"}}``."""
 
@@ -94,16 +88,8 @@ class DocumentTracer:
             return None
         plan = self.view.plan
         source = self.stream.sources[int(plan.sources.ravel()[row])]
-        if not isinstance(source, PackedSource):
-            return int(self.view.chunk.starts[row]) + position
-        slot = int(source.order.window_ids(0, plan.local_ids.ravel()[row : row + 1])[0])
-        first, last = int(source.plan.offsets[slot]), int(source.plan.offsets[slot + 1])
-        lengths = np.asarray(source.plan.lengths[first:last], dtype=np.int64)
-        ends = np.cumsum(lengths)
-        item = int(np.searchsorted(ends, position, side="right"))
-        if item == lengths.size:
-            return None  # padding after the items
-        return int(source.plan.starts[first + item]) + position - int(ends[item] - lengths[item])
+        local = int(plan.local_ids.ravel()[row])
+        return source.stream_offset(local, int(self.view.chunk.starts[row]), position)
 
     @staticmethod
     def blank() -> dict[str, Any]:

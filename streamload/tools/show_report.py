@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from streamload.config import SamplingMode
 from streamload.errors import ConfigError
 from streamload.formats.encoder import load_tokenizer
 from streamload.ops.masks import IGNORE_INDEX
@@ -90,7 +89,8 @@ def describe_step(
         "schema": SCHEMA,
         "step": request.step,
         "pass": request.pass_index,
-        "mode": stream.config.sampling.mode.value,
+        "mode": stream.config.sampling.mode_name,
+        "unit": stream.layout.unit,
         "seq_len": int(view.chunk.tokens.shape[1]) - 1,  # vsl mode: the step's length
         "masks": stream.config.packing.masks,
         "global_batch_size": view.grad_accum_steps * split.global_batch,
@@ -153,7 +153,7 @@ def _sample(
 
 def _source_epoch(stream: SampleStream, view: StepBatch, local: int, windows: int) -> int:
     """The source epoch a row was drawn in (vsl mode: the pass; its ids name pieces)."""
-    if stream.config.sampling.mode is SamplingMode.VSL:
+    if stream.layout.epoch_is_pass:
         return view.request.pass_index
     return local // windows
 

@@ -48,7 +48,7 @@ def _header(report: dict[str, Any], root: str) -> list[str]:
     masks = "masks on" if report["masks"] else "masks off"
     accum = report.get("grad_accum_steps", 1)
     micro = f"{accum} micro-batches x " if accum > 1 else ""
-    unit = "samples" if report["mode"] != "vsl" else "slots of max_seq_len"
+    unit = report.get("unit", "samples")
     lines = [
         f"step {report['step']} of pass {report['pass']}: global batch "
         f"{report['global_batch_size']} = {micro}{_count(report['world_size'], 'rank')} x "

@@ -16,7 +16,7 @@ from tests.helpers.corpus_factory import Corpus
 from tests.helpers.tokenizer import train_bpe
 
 TOP_KEYS = {
-    "schema", "step", "pass", "mode", "seq_len", "masks", "global_batch_size",
+    "schema", "step", "pass", "mode", "unit", "seq_len", "masks", "global_batch_size",
     "grad_accum_steps", "world_size", "batch_size", "rank", "sources", "tokenizer", "shards",
     "samples",
 }  # fmt: skip

@@ -103,3 +103,18 @@ def test_show_traces_a_vsl_step(config: Path, capsys: pytest.CaptureFixture[str]
     assert {s["documents_from"] for s in report["samples"]} == {"pieces"}
     assert main(["show", str(config), "--step", "3"]) == 0
     assert "slots of max_seq_len" in capsys.readouterr().out
+
+
+def test_a_world_size_of_zero_is_refused_by_name(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 36, item 3: no ZeroDivisionError from build_loader, and samples does not write
+    the world-size-1 output for --world-size 0."""
+    out = str(tmp_path / "w0.npz")
+    args = ["samples", str(config), "--start", "0", "--count", "1", "--out", out]
+    assert main([*args, "--world-size", "0", "--rank", "0"]) == 2
+    assert "--world-size 0" in capsys.readouterr().err
+    assert not Path(out).exists()
+    for world, rank in ((0, 0), (2, 2), (-1, 0)):
+        with pytest.raises(streamload.ConfigError, match=r"world_size|rank"):
+            streamload.build_loader(config, world_size=world, rank=rank)

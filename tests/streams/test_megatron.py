@@ -18,8 +18,8 @@ import torch
 from streamload import build_loader, load_config
 from streamload.cli.main import main
 from streamload.errors import ConfigError, StateError
+from streamload.modes.megatron.stream import MegatronStream
 from streamload.streams.interface import SampleStream
-from streamload.streams.megatron import MegatronStream
 from streamload.testing import assert_resumes_exactly
 from tests.helpers.paths import TESTS, load_script
 

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from streamload import build_loader, load_config
+from streamload.modes.megatron.stream import MegatronStream
 from streamload.streams.index_cache import cache_key, load_or_build
 from streamload.streams.interface import SampleStream
-from streamload.streams.megatron import MegatronStream
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import write_megatron_documents
 from tests.streams.test_megatron import GOLDENS, config_of, load

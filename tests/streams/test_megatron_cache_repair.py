@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from streamload import load_config
+from streamload.modes.megatron.stream import MegatronStream
 from streamload.streams.interface import SampleStream
-from streamload.streams.megatron import MegatronStream
 from streamload.util.files import temp_beside
 from tests.streams.test_megatron import config_of, load, prefixes
 from tests.streams.test_megatron_cache import FIXTURE

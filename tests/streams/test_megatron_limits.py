@@ -18,8 +18,8 @@ import pytest
 
 from streamload import build_loader, load_config
 from streamload.errors import ConfigError
+from streamload.modes.megatron.stream import MegatronStream
 from streamload.streams.interface import SampleStream
-from streamload.streams.megatron import MegatronStream
 from tests.streams.test_megatron import config_of, load, prefixes
 from tests.streams.test_megatron_cache import FIXTURE
 
@@ -78,7 +78,7 @@ def test_indices_too_large_are_refused_before_allocating(
 def test_indices_too_large_for_the_cache_disk_are_refused(
     prefixes: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from streamload.streams import megatron_indices
+    from streamload.modes.megatron import indices as megatron_indices
 
     cfg = config_of(CASE, prefixes)
     cfg["sampling"]["cache_dir"] = str(tmp_path)

@@ -17,7 +17,7 @@ import pytest
 
 import streamload
 from streamload.errors import ConfigError
-from streamload.streams.packed_source import PackedSource
+from streamload.modes.packed.source import PackedSource
 from tests.helpers.corpus_factory import Corpus
 from tests.helpers.shards import write_megatron_documents
 from tests.streams.test_packed import packed_config

@@ -16,9 +16,9 @@ import pytest
 
 from streamload import build_loader, load_config
 from streamload.errors import StateError
+from streamload.modes.packed.plan_cache import plan_description
 from streamload.plan.split import SPLIT_NAMES
 from streamload.streams.interface import SampleStream
-from streamload.streams.packed_plan import plan_description
 
 
 def stream_of(cfg: dict[str, Any]) -> Any:

@@ -1,10 +1,10 @@
 """One source in ``vsl`` mode: its pieces in buckets, and which piece each draw is.
 
 The source's documents (:func:`streamload.streams.source_documents.source_document_bounds`)
-are cut into pieces once (:mod:`streamload.streams.vsl_plan`, cached). Each bucket (pieces of
+are cut into pieces once (:mod:`streamload.modes.vsl.plan_cache`, cached). Each bucket (pieces of
 one length) is an endless sequence of draws: draw ``d`` is slot ``d mod E`` of the bucket's
 keyed permutation for epoch ``d // E`` (key: seed, that epoch, source, length), ``E`` the
-pieces one epoch uses (:class:`streamload.streams.vsl.VslStream` decides it and which draws
+pieces one epoch uses (:class:`streamload.modes.vsl.stream.VslStream` decides it and which draws
 each step takes).
 """
 
@@ -16,16 +16,16 @@ import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
+from streamload.modes.vsl.plan_cache import buckets_of, load_piece_plan
 from streamload.plan.permutation import KeyedPermutation, derive_key
-from streamload.streams.concat_source import ConcatSource
 from streamload.streams.source_documents import source_document_bounds
 from streamload.streams.source_split import source_split
-from streamload.streams.vsl_plan import buckets_of, load_piece_plan
+from streamload.streams.token_source import TokenSource
 
 __all__ = ["VslSource"]
 
 
-class VslSource(ConcatSource):
+class VslSource(TokenSource):
     """The pieces of one source and the order of its epochs' steps.
 
     Args:

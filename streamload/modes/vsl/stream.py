@@ -34,6 +34,9 @@ from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
 from streamload.config.vsl import default_cycles, table_weights
 from streamload.errors import ConfigError
+from streamload.modes.vsl.draws import VslDraws
+from streamload.modes.vsl.plan_cache import LAYOUT
+from streamload.modes.vsl.source import VslSource
 from streamload.plan.mixture import Phase, phase_at
 from streamload.plan.passes import PassPlan
 from streamload.plan.vsl_curriculum import EpochOrder, epoch_order, table_order
@@ -44,16 +47,14 @@ from streamload.streams.chunks import (
     put_loss_mask,
     put_rows,
 )
-from streamload.streams.concat import ConcatStream, _phases
 from streamload.streams.cursor import StreamCursor
-from streamload.streams.vsl_draws import VslDraws
-from streamload.streams.vsl_plan import LAYOUT
-from streamload.streams.vsl_source import VslSource
+from streamload.streams.layout import BatchLayout
+from streamload.streams.source_stream import SourceStream, mixture_phases
 
 __all__ = ["VslStream"]
 
 
-class VslStream(ConcatStream):
+class VslStream(SourceStream):
     """Global batches of one length each, in the curriculum's order (implements
     :class:`streamload.streams.interface.SampleStream`; samples are slots).
 
@@ -68,6 +69,7 @@ class VslStream(ConcatStream):
     sources: tuple[VslSource, ...]
     max_chunk_batches = 1
     """A chunk is one step: its rows have the step's own length."""
+    layout: BatchLayout
 
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
@@ -84,9 +86,18 @@ class VslStream(ConcatStream):
         single = len(self.sources) == 1
         self.epoch_pieces = counts if not single else np.array([self.batches]) * self.rows
         """Pieces of bucket k an epoch of source s uses (a mixture: all of them)."""
-        self.schedule = _phases(config) if config.is_mixture else (Phase(0, (1.0,)),)
+        self.schedule = mixture_phases(config) if config.is_mixture else (Phase(0, (1.0,)),)
         self.order = self._epoch_order()
         self.slots = int(sampling.tokens_per_batch or 0) // self.seq_len
+        self.layout = BatchLayout(  # a step's rows: pieces of one length, positions restart
+            positions=True,
+            label_padding=True,
+            max_chunk_batches=self.max_chunk_batches,
+            rows_per_sample=self.seq_len // int(sampling.min_seq_len or 1),
+            unit="slots of max_seq_len",
+            documents="pieces",
+            epoch_is_pass=True,
+        )
         if self.order.steps == 0:
             self._refuse_empty(counts)
         for s, source in enumerate(self.sources):  # a mixture's source: its own pieces

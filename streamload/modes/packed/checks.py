@@ -22,7 +22,7 @@ __all__ = ["check_packed_config"]
 
 def check_packed_config(config: DataConfig) -> None:
     """Raise :class:`ConfigError` for settings that ``packed``/``padded`` modes cannot honour."""
-    where = f"sampling.mode = {config.sampling.mode.value!r}"
+    where = f"sampling.mode = {config.sampling.mode_name!r}"
     pad = config.pad_token_id
     if pad is None:
         raise ConfigError(

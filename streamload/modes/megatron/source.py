@@ -157,6 +157,10 @@ class MegatronSource:
         """Nothing to count beyond the samples (Megatron's samples are all data tokens)."""
         return {}
 
+    def stream_offset(self, local: int, start: int, position: int) -> int | None:
+        """Not traced: a Megatron sample's pieces come from megatron-core's document index."""
+        return None
+
     def prefetch(self, local: np.ndarray) -> None:
         """Start fetching the pieces of samples ``local`` from remote shards (the planner's
         lookahead; :mod:`streamload.nodes.lookahead`); a no-op for local shards."""

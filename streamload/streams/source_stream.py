@@ -1,7 +1,10 @@
-"""``sampling.mode = "concat"``: windows over each source's concatenated tokens.
+"""The machinery every source-based sampling mode shares: passes, mixtures, the cursor.
 
-Sample ``g`` is a window of ``seq_len + 1`` tokens (stride ``seq_len``) chosen by a keyed
-permutation: a pure function of (data, config, seed), walked by a cursor.
+:class:`SourceStream` walks the global sample stream of one or more sources whose samples are
+numbered per source (``source.num_windows`` per epoch); a mode supplies its source class (what
+source-local sample ``j`` holds) and its ``read_chunk`` (how a chunk's samples become tokens),
+and inherits everything positional: sample ``g`` is a pure function of (data, config, seed),
+walked by a cursor (docs/design.md §1).
 
 * One source: pass ``p``, pass-relative sample ``g`` → the source's sample ``g`` (with
   ``num_samples``) or ``p·n + g`` (one epoch per pass). Random access is O(1).
@@ -13,19 +16,18 @@ permutation: a pure function of (data, config, seed), walked by a cursor.
   replays counts only.
 * A pass delivers whole optimizer steps only (its last partial step is dropped).
 
-World size, workers and prefetch only decide who reads a sample and when (docs/design.md §1).
+World size, workers and prefetch only decide who reads a sample and when.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
-from streamload.ops.masks import starts_from_eos
 from streamload.plan.mixture import (
     MixtureCursor,
     Phase,
@@ -46,35 +48,37 @@ from streamload.plan.split import split_matrix
 from streamload.streams.chunks import (
     ChunkPlan,
     TokenChunk,
-    new_loss_mask,
-    put_loss_mask,
-    put_rows,
     source_window_starts,
 )
-from streamload.streams.concat_source import ConcatSource
 from streamload.streams.cursor import StreamCursor
+from streamload.streams.layout import BatchLayout
+from streamload.streams.token_source import TokenSource
 
-__all__ = ["ConcatStream"]
+__all__ = ["SourceStream", "mixture_phases"]
+
+_Stream = TypeVar("_Stream", bound="SourceStream")
 
 
-class ConcatStream:
-    """Samples of ``seq_len + 1`` tokens in their global order (implements
-    :class:`streamload.streams.interface.SampleStream`).
+class SourceStream:
+    """The positional part of a source-based mode's stream (with a mode's ``read_chunk`` it
+    implements :class:`streamload.streams.interface.SampleStream`).
 
     Args:
         config: The data config.
         catalogs: Described sources, one per ``config.sources`` entry.
     """
 
-    source_class: type[ConcatSource] = ConcatSource
-    """How one source's local sample ``j`` becomes tokens (whole-document modes swap it)."""
+    source_class: type[TokenSource] = TokenSource
+    """How one source's local sample ``j`` becomes tokens (a mode sets its own)."""
+    layout: BatchLayout = BatchLayout()
+    """What the mode's batches hold beyond the common layout (a mode sets its own)."""
 
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
         self.seq_len = config.seq_len
         self.sources = tuple(self.source_class(config, c) for c in catalogs)
         self.is_mixture = config.is_mixture
-        self.phases = _phases(config) if self.is_mixture else ()
+        self.phases = mixture_phases(config) if self.is_mixture else ()
         first = self.sources[0]
         self.plan = PassPlan(
             name=first.name,
@@ -87,7 +91,7 @@ class ConcatStream:
         self.ended_by: str | None = None
 
     @classmethod
-    def from_config(cls, config: DataConfig) -> ConcatStream:
+    def from_config(cls: type[_Stream], config: DataConfig) -> _Stream:
         """Describe every source (listing and headers only) and build the stream."""
         return cls(config, describe_sources(config))
 
@@ -222,40 +226,16 @@ class ConcatStream:
         return sources, local
 
     @staticmethod
-    def _policy_end(source: ConcatSource, limit: int, where: str) -> str:
+    def _policy_end(source: TokenSource, limit: int, where: str) -> str:
         return (
             f"source {source.name!r} has no samples left under its policy ({limit} samples = "
             f"{limit // source.num_windows} epoch(s)) at {where}"
         )
 
-    # -- reading -------------------------------------------------------------------------
+    # -- reading (random access; a mode's read_chunk makes the tokens) --------------------
     def read_chunk(self, plan: ChunkPlan, documents: bool) -> TokenChunk:
-        """Tokens (and, with ``documents``, document starts) of a chunk plan's samples."""
-        src = plan.sources.ravel()
-        local = plan.local_ids.ravel()
-        dtype = np.result_type(*[s.shards.dtype for s in self.sources])
-        tokens = np.empty((src.shape[0], self.seq_len + 1), dtype=dtype)
-        starts = np.empty(src.shape[0], dtype=np.int64)
-        doc_starts = np.zeros(tokens.shape, dtype=bool) if documents else None
-        loss_mask = new_loss_mask(self.sources, tokens.shape)
-        for index in np.unique(src).tolist():
-            rows = np.flatnonzero(src == index)
-            source = self.sources[index]
-            part, part_starts = source.read(local[rows])
-            tokens, starts = put_rows(tokens, rows, part), put_rows(starts, rows, part_starts)
-            if doc_starts is not None:
-                found = self._doc_starts(source, part, part_starts)
-                doc_starts = put_rows(doc_starts, rows, found)
-            if loss_mask is not None:
-                loss_mask = put_loss_mask(loss_mask, rows, source.read_loss_mask(part_starts))
-        return TokenChunk(plan, tokens, starts, doc_starts, loss_mask=loss_mask)
-
-    def _doc_starts(
-        self, source: ConcatSource, tokens: np.ndarray, starts: np.ndarray
-    ) -> np.ndarray:
-        if source.has_documents:
-            return source.document_starts(starts)
-        return starts_from_eos(tokens, int(self.config.eos_token_id))  # type: ignore[arg-type]
+        """The tokens of a chunk plan's samples: the mode's own."""
+        raise NotImplementedError(f"{type(self).__name__} must define read_chunk")
 
     def locate(self, pass_index: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, source-local index) of pass-relative sample ids (any shape).
@@ -320,7 +300,7 @@ class ConcatStream:
             "algorithm": ALGORITHM,
             "seq_len": self.seq_len,
             "seed": self.config.seed,
-            "mode": sampling.mode.value,
+            "mode": sampling.mode_name,
             "shuffle": sampling.shuffle,
             "num_samples": sampling.num_samples,
             "cross_shard": sampling.cross_shard,
@@ -342,7 +322,7 @@ class ConcatStream:
         return out
 
 
-def _phases(config: DataConfig) -> tuple[Phase, ...]:
+def mixture_phases(config: DataConfig) -> tuple[Phase, ...]:
     """Base weights from step 0, then each ``[[schedule]]`` phase (a phase at 0 replaces them)."""
     names = [s.name for s in config.sources]
     temperature = config.mixture.temperature

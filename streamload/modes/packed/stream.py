@@ -1,6 +1,7 @@
 """``sampling.mode = "packed"`` and ``"padded"``: whole documents as samples.
 
-Everything above a source is concat mode's (:class:`~streamload.streams.concat.ConcatStream`):
+Everything above a source is the shared
+:class:`~streamload.streams.source_stream.SourceStream`'s:
 passes, mixtures (a mixture allocates *samples* per global batch), the rank split, the cursor
 and its state. Only what a source-local sample holds changes (:class:`~streamload.streams.
 packed_source.PackedSource`): its items (whole documents, or pieces of long ones), contiguous
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from streamload.modes.packed.source import PackedSource
 from streamload.plan.packing import ALGORITHM, GROUP_SIZE
 from streamload.streams.chunks import (
     ChunkPlan,
@@ -23,14 +25,14 @@ from streamload.streams.chunks import (
     put_loss_mask,
     put_rows,
 )
-from streamload.streams.concat import ConcatStream
 from streamload.streams.cursor import StreamCursor
-from streamload.streams.packed_source import PackedSource
+from streamload.streams.layout import BatchLayout
+from streamload.streams.source_stream import SourceStream
 
 __all__ = ["PackedStream"]
 
 
-class PackedStream(ConcatStream):
+class PackedStream(SourceStream):
     """Samples of whole documents in their global order (implements
     :class:`streamload.streams.interface.SampleStream`).
 
@@ -41,6 +43,7 @@ class PackedStream(ConcatStream):
 
     source_class = PackedSource
     sources: tuple[PackedSource, ...]
+    layout = BatchLayout(label_padding=True, documents="items")
 
     @property
     def has_documents(self) -> bool:
@@ -80,7 +83,7 @@ class PackedStream(ConcatStream):
         )
 
     def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
-        """Concat mode's fingerprint plus what decides a sample's items: the packing
+        """The shared fingerprint plus what decides a sample's items: the packing
         algorithm, ``long_documents``, ``pad_token_id`` and the EOS that finds documents."""
         out = super().fingerprint(cursor)
         out["packing"] = {

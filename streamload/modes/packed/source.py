@@ -5,7 +5,7 @@ document_bounds`, what ``streamload docs`` returns) become items of at most ``se
 tokens (:func:`streamload.plan.packing.document_items`); ``packed`` mode packs them best-fit
 into samples, ``padded`` mode gives each its own sample (:mod:`streamload.plan.packing`).
 Which items a sample holds is fixed per (data, config), built once and cached on disk
-(:mod:`streamload.streams.packed_plan`); each epoch visits the samples in its own keyed
+(:mod:`streamload.modes.packed.plan_cache`); each epoch visits the samples in its own keyed
 permutation (:class:`streamload.plan.passes.PassPlan`), exactly as concat windows.
 
 A sample's row is its items, contiguous from position 0 in storage order, then
@@ -21,12 +21,12 @@ from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import TokenShard
+from streamload.modes.packed.plan_cache import load_plan
 from streamload.plan.passes import PassPlan
-from streamload.streams.concat_source import ConcatSource
-from streamload.streams.packed_plan import load_plan
 from streamload.streams.shard_set import ShardSet
 from streamload.streams.source_documents import source_document_bounds
 from streamload.streams.source_split import source_split
+from streamload.streams.token_source import TokenSource
 
 __all__ = ["PackedSource", "RowBlock"]
 
@@ -41,10 +41,10 @@ _MIN_READ = 64
 """Narrowest read: items are read in width classes 64, 128, … ``seq_len + 1`` tokens."""
 
 
-class PackedSource(ConcatSource):
+class PackedSource(TokenSource):
     """Samples of whole documents of one source, indexed by the source-local index ``j``.
 
-    Shares :class:`ConcatSource`'s policy, vocabulary and document rules; only what a
+    Shares :class:`TokenSource`'s policy, vocabulary and document rules; only what a
     sample holds differs.
 
     Args:
@@ -158,6 +158,18 @@ class PackedSource(ConcatSource):
                 self.shards.prefetch(begin, read)
                 if self.loss_masks is not None:
                     self.loss_masks.prefetch(begin, read)
+
+    def stream_offset(self, local: int, start: int, position: int) -> int | None:
+        """Where ``position`` of sample ``local`` lies in the source's tokens: inside one of
+        its items; ``None`` in the padding after them."""
+        slot = int(self.order.window_ids(0, np.array([local], dtype=np.int64))[0])
+        first, last = int(self.plan.offsets[slot]), int(self.plan.offsets[slot + 1])
+        lengths = np.asarray(self.plan.lengths[first:last], dtype=np.int64)
+        ends = np.cumsum(lengths)
+        item = int(np.searchsorted(ends, position, side="right"))
+        if item == lengths.size:
+            return None  # padding after the items
+        return int(self.plan.starts[first + item]) + position - int(ends[item] - lengths[item])
 
     def read(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Tokens ``[n, seq_len + 1]`` (padded) and each sample's first item offset ``[n]``."""

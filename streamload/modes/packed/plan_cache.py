@@ -152,7 +152,7 @@ def plan_description(
         "layout": LAYOUT,
         "algorithm": ALGORITHM,
         "group_size": GROUP_SIZE,
-        "mode": config.sampling.mode.value,
+        "mode": config.sampling.mode_name,
         "seq_len": config.seq_len,
         "long_documents": config.sampling.long_documents.value,
         **files_description(config, catalog),
@@ -206,7 +206,7 @@ def load_plan(
         )
         if items.starts.size == 0:
             raise ConfigError(f"source {catalog.config.name!r}: no document holds a token")
-        return build_plan_arrays(items, config.sampling.mode, config.seq_len)
+        return build_plan_arrays(items, SamplingMode(config.sampling.mode_name), config.seq_len)
 
     description = plan_description(config, catalog, span)
     return PackedPlan.from_arrays(*load_source_plan(config, catalog, description, build, PACKING))

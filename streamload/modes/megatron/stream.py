@@ -23,14 +23,15 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
 from streamload.errors import FormatError
+from streamload.modes.megatron.indices import ALGORITHM, GPT_FIELDS, load_indices
+from streamload.modes.megatron.source import PAD_TOKEN, MegatronSource
 from streamload.plan.megatron import GPTIndices, split_matrix
 from streamload.plan.megatron_layout import megatron_layout
 from streamload.plan.mixture import Phase
 from streamload.plan.partition import chunk_sample_ids, step_batches_left, walk_steps
 from streamload.streams.chunks import ChunkPlan, TokenChunk, new_loss_mask, put_loss_mask
 from streamload.streams.cursor import StreamCursor
-from streamload.streams.megatron_indices import ALGORITHM, GPT_FIELDS, load_indices
-from streamload.streams.megatron_source import PAD_TOKEN, MegatronSource
+from streamload.streams.layout import BatchLayout
 
 __all__ = ["ALGORITHM", "MegatronStream"]
 
@@ -46,6 +47,10 @@ class MegatronStream:
         catalogs: Described sources, one per ``config.sources`` entry.
     """
 
+    layout = BatchLayout(label_padding=True, traced=False, own_evaluation_pass=True)
+    """Megatron pads its last sample (pad -1), ``show`` cannot trace its samples to shard
+    offsets, and an evaluation pass is Megatron's own dataset of the split."""
+
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
         self.seq_len = config.seq_len
@@ -58,14 +63,14 @@ class MegatronStream:
         weighted = all(s.weight is not None for s in config.sources)
         weights = [float(s.weight or 0.0) for s in config.sources] if weighted else None
         assert sampling.num_samples is not None  # SamplingConfig requires it in this mode
-        self.layout = megatron_layout(
+        self.blend = megatron_layout(
             [s.num_sequences for s in self.sources],
             weights,
             sampling.megatron_split,
             sampling.split_name.value,
             sampling.num_samples,
         )
-        self._arrays, self._files = load_indices(config, self.sources, self.layout)
+        self._arrays, self._files = load_indices(config, self.sources, self.blend)
         self._attach()
 
     @classmethod
@@ -74,7 +79,7 @@ class MegatronStream:
         return cls(config, describe_sources(config))
 
     def _attach(self) -> None:
-        for d, (source, spec) in enumerate(zip(self.sources, self.layout.datasets, strict=True)):
+        for d, (source, spec) in enumerate(zip(self.sources, self.blend.datasets, strict=True)):
             gpt = GPTIndices(*(self._arrays[f"ds{d}_{k}"] for k in GPT_FIELDS))
             tpe = int(source.sequence_lengths[spec.begin : spec.end].sum(dtype=np.int64))
             source.attach(gpt, tpe, self.seq_len, self.extra)
@@ -258,7 +263,7 @@ class MegatronStream:
         s = self.config.sampling
         return {
             "algorithm": ALGORITHM,
-            "mode": s.mode.value,
+            "mode": s.mode_name,
             "seq_len": self.seq_len,
             "seed": self.config.seed,
             "num_samples": s.num_samples,

@@ -20,10 +20,10 @@ from streamload.plan.windows import WindowLayout
 from streamload.streams.shard_set import ShardSet, loss_mask_set
 from streamload.streams.source_split import source_split
 
-__all__ = ["ConcatSource"]
+__all__ = ["TokenSource"]
 
 
-class ConcatSource:
+class TokenSource:
     """Samples of one source, indexed by the source-local index ``j``.
 
     Args:
@@ -109,6 +109,11 @@ class ConcatSource:
         if self.loss_masks is None:
             return None
         return self.loss_masks.windows(starts, self.seq_len + 1, np.dtype(np.uint8))
+
+    def stream_offset(self, local: int, start: int, position: int) -> int | None:
+        """Where ``position`` of source-local sample ``local`` (read from stream offset
+        ``start``) lies in the source's tokens; ``None`` for padding (``streamload show``)."""
+        return start + position
 
     def document_starts(self, starts: np.ndarray) -> np.ndarray:
         """Document starts ``[n, seq_len + 1]`` from the format's index."""

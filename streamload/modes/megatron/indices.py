@@ -1,7 +1,7 @@
 """Where a Megatron stream's indices come from: megatron-core's cache, ours, or a build.
 
 In this order: megatron-core's own cached files of every dataset
-(:mod:`streamload.streams.megatron_core_cache`; the blend is then rebuilt, which is fast), else
+(:mod:`streamload.modes.megatron.core_cache`; the blend is then rebuilt, which is fast), else
 our cache (:mod:`streamload.streams.index_cache`, built once per job), else built here.
 
 Before anything is built, the size of the indices is computed from the layout alone
@@ -30,6 +30,8 @@ import numpy as np
 
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
+from streamload.modes.megatron.core_cache import find_megatron_gpt_cache
+from streamload.modes.megatron.source import MegatronSource
 from streamload.plan.megatron import GPTIndices, gpt_index_dtypes, split_matrix
 from streamload.plan.megatron_layout import (
     IndexSize,
@@ -41,8 +43,6 @@ from streamload.plan.megatron_layout import (
     megatron_index_size,
 )
 from streamload.streams.index_cache import load_or_build
-from streamload.streams.megatron_core_cache import find_megatron_gpt_cache
-from streamload.streams.megatron_source import MegatronSource
 
 __all__ = ["ALGORITHM", "GPT_FIELDS", "check_room", "index_description", "load_indices"]
 

@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from streamload.config.vsl import curriculum_name
+from streamload.config.vsl import curriculum_name, vsl_batch_size
 from streamload.errors import ConfigError
+from streamload.modes.base import SamplesRequest
+from streamload.modes.vsl.stream import VslStream
 from streamload.streams.chunks import ChunkPlan
-from streamload.streams.vsl import VslStream
 from streamload.util.files import atomic_output
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "step_arrays",
     "step_lengths",
     "vsl_report",
+    "write_samples",
 ]
 
 
@@ -134,6 +136,32 @@ def step_arrays(
         lengths.append(tokens.shape[1] - 1)
     out["lengths"] = np.asarray(lengths, dtype=np.int64)
     return out
+
+
+def write_samples(stream: VslStream, request: SamplesRequest) -> str:
+    """``streamload samples`` in vsl mode: steps ``[start, start + count)``, each its own
+    length, into a ``.npz`` (``rank``'s rows with ``world_size``); returns what it wrote.
+
+    Raises:
+        ConfigError: a bad rank, world size, batch size, range or output name.
+    """
+    if (request.rank is None) != (request.world_size is None):
+        raise ConfigError("--rank and --world-size go together")
+    world = 1 if request.world_size is None else request.world_size
+    rank = 0 if request.rank is None else request.rank
+    if world < 1 or not 0 <= rank < world:
+        raise ConfigError(f"--rank {rank} must be in [0, --world-size {world}), world size >= 1")
+    if request.batch_size is not None:
+        vsl_batch_size(stream.config, request.batch_size, world)
+    if not request.out.endswith(".npz"):
+        raise ConfigError(
+            f"--out {request.out!r}: vsl steps have different lengths; name a .npz file "
+            "(one array step_K per step, and lengths)"
+        )
+    arrays = step_arrays(stream, request.pass_index, request.start, request.count, world, rank)
+    save_npz(request.out, arrays)
+    lengths = ", ".join(map(str, arrays["lengths"].tolist()))
+    return f"wrote {request.count} steps (lengths {lengths}) to {request.out}"
 
 
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:

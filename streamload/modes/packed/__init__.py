@@ -1,0 +1,53 @@
+"""``sampling.mode = "packed"`` and ``"padded"``: whole documents (or pieces of long ones) as
+samples, packed best-fit or one per sample, then padding (docs/sampling.md): the checks
+(:mod:`.checks`), a source's cached plan (:mod:`.plan_cache`, :mod:`.source`) and the stream
+(:mod:`.stream`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from streamload.modes.base import ModeSpec
+
+if TYPE_CHECKING:
+    from streamload.config import DataConfig
+    from streamload.streams.interface import SampleStream
+
+__all__ = ["PACKED", "PADDED"]
+
+
+def _check(config: DataConfig) -> None:
+    from streamload.modes.packed.checks import check_packed_config
+
+    check_packed_config(config)
+
+
+def _build(config: DataConfig) -> SampleStream:
+    from streamload.modes.packed.stream import PackedStream
+
+    return PackedStream.from_config(config)
+
+
+def _plan_report(stream: Any, steps: int | None) -> dict[str, Any]:
+    """What an epoch of each source holds: documents, items, samples, padding."""
+    return {"packing": {source.name: source.packing_report() for source in stream.sources}}
+
+
+def _plan_lines(report: dict[str, Any]) -> list[str]:
+    return [
+        f"{name} per epoch: {p['documents']:,} documents -> {p['items']:,} items -> "
+        f"{p['samples']:,} samples ({p['samples_over_bound_pct']:.2f} % over the bound); "
+        f"{p['data_tokens']:,} data, {p['padding_tokens']:,} padding, "
+        f"{p['truncated_tokens']:,} truncated tokens"
+        for name, p in report.get("packing", {}).items()
+    ]
+
+
+PACKED = ModeSpec(
+    name="packed", build=_build, check=_check, plan_report=_plan_report, plan_lines=_plan_lines
+)
+"""The packed mode's plug-in."""
+PADDED = ModeSpec(
+    name="padded", build=_build, check=_check, plan_report=_plan_report, plan_lines=_plan_lines
+)
+"""The padded mode's plug-in (one item per sample)."""
