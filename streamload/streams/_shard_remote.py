@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from streamload.errors import RemoteReadError
 from streamload.formats.base import ShardInfo, TokenShard
-from streamload.remote.store import RemoteObject, RemoteStore
+from streamload.remote.handle import RemoteObject
+
+if TYPE_CHECKING:  # the store (fsspec, asyncio) loads only when a remote shard is read
+    from streamload.remote.store import RemoteStore
 
 __all__ = ["gather_remote", "prefetch_tokens", "prefetch_windows", "skip_unreadable", "store_of"]
 

@@ -35,7 +35,7 @@ from streamload.formats.base import ShardInfo, TokenShard
 from streamload.formats.loss_mask import mask_shard
 from streamload.formats.registry import open_shard
 from streamload.ops.masks import starts_from_offsets
-from streamload.remote.store import StorageHandle
+from streamload.remote.handle import StorageHandle
 from streamload.streams._shard_remote import (
     gather_remote,
     prefetch_tokens,
