@@ -107,34 +107,44 @@ def call_with_retries(
         try:
             result = fn(*args) if pool is None else call_within(pool, config.timeout, fn, *args)
             return check(result) if check is not None else result
-        except CallTimedOut:
-            _count(stats, "timeouts")
-            timeouts += 1
-            last = f"no answer within storage.timeout = {config.timeout} s"
-        except PERMANENT_ERRORS as exc:
-            if permanent is not None:
-                raise permanent(exc) from exc
-            raise RemoteReadError(
-                f"{url}: cannot read {what}: {type(exc).__name__}: {exc}; the object is "
-                "missing or not readable with these storage_options"
-            ) from exc
         except (StreamloadError, *PROGRAMMING_ERRORS):
             raise  # a corrupt header stays corrupt; a nested read already retried
-        except BadAnswer as exc:
-            last = str(exc)
         except Exception as exc:  # network, server and client errors are retried
-            last = f"{type(exc).__name__}: {exc}"
-            if _timed_out(exc):  # the client's own limit (storage.timeout) came first
-                _count(stats, "timeouts")
-                timeouts += 1
-            else:
-                _count(stats, "errors")
+            counter, last = _failed_attempt(exc, config, url, what, permanent)
+            if counter is not None:
+                _count(stats, counter)
+            timeouts += counter == "timeouts"
     kind = RemoteStallError if timeouts == attempts else RemoteReadError
     raise kind(
         f"{url}: {what + ' ' if what else ''}still failing after {attempts} attempts "
         f"(storage.retries = "
         f"{config.retries}, storage.timeout = {config.timeout} s); last failure: {last}"
     )
+
+
+def _failed_attempt(
+    exc: Exception,
+    config: StorageConfig,
+    url: str,
+    what: str,
+    permanent: Callable[[BaseException], StreamloadError] | None,
+) -> tuple[str | None, str]:
+    """The counter (``None``: none) and the description of an attempt that failed with
+    ``exc`` and may be retried; raises at once for a missing or denied object (see
+    :func:`call_with_retries`)."""
+    if isinstance(exc, CallTimedOut):
+        return "timeouts", f"no answer within storage.timeout = {config.timeout} s"
+    if isinstance(exc, PERMANENT_ERRORS):
+        if permanent is not None:
+            raise permanent(exc) from exc
+        raise RemoteReadError(
+            f"{url}: cannot read {what}: {type(exc).__name__}: {exc}; the object is "
+            "missing or not readable with these storage_options"
+        ) from exc
+    if isinstance(exc, BadAnswer):
+        return None, str(exc)
+    # the client's own limit (storage.timeout) may come first: counted as a timeout
+    return ("timeouts" if _timed_out(exc) else "errors"), f"{type(exc).__name__}: {exc}"
 
 
 def _timed_out(exc: BaseException) -> bool:

@@ -17,19 +17,27 @@ the field, the value and what was expected):
   the step delivered and the step's size) lies inside its step, and that step inside the pass;
   a mixture's counts stand at the step's start. It continues only with the same step size, in
   global batches that divide the rest of the step (:func:`check_step_resume`).
+
+The integer and mapping readers live in :mod:`streamload.streams._state_values` and are
+re-exported here.
 """
 
 from __future__ import annotations
 
 import itertools
-import numbers
-import reprlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streamload.errors import StateError
 from streamload.plan.mixture import MixtureCursor, replay_cursor
+from streamload.streams._state_values import (
+    MAX_STATE_INT,
+    short_repr,
+    state_int,
+    state_ints,
+    state_mapping,
+)
 
 if TYPE_CHECKING:
     from streamload.streams.interface import SampleStream
@@ -50,62 +58,10 @@ __all__ = [
     "state_mapping",
 ]
 
-MAX_STATE_INT = 1 << 62
-"""Exclusive bound of every integer in a state: indices derived from it (a sample's index in
-its source, ``epoch · windows + sample``) then stay inside int64; no run comes near it."""
 MAX_CHECKED_STEPS = 1 << 24
 """Global batches a mixture position is replayed over when loaded (about 1 µs each,
 ``benchmarks/state_checks.py``); a state claiming more is refused rather than checked for
 minutes, unless the derived checks are skipped (``ignore_fingerprint_mismatch=True``)."""
-
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 40, 40, 40
-
-
-def short_repr(value: Any) -> str:
-    """A bounded ``repr`` (safe on deeply nested or huge values)."""
-    return _REPR.repr(value)
-
-
-def state_int(value: Any, field: str, minimum: int = 0) -> int:
-    """``value`` as an ``int`` in ``[minimum, MAX_STATE_INT)``.
-
-    Raises:
-        StateError: not an integer (``bool``, ``float`` and ``str`` are not), or out of range.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise StateError(f"state {field} = {short_repr(value)} must be an integer >= {minimum}")
-    number = int(value)
-    if number < minimum:
-        raise StateError(f"state {field} = {number} must be an integer >= {minimum}")
-    if number >= MAX_STATE_INT:
-        raise StateError(
-            f"state {field} = {number} is too large (positions stay below 2**62 so that int64 "
-            "indices can be computed from them); the state is corrupt"
-        )
-    return number
-
-
-def state_mapping(
-    value: Any, field: str, keys: Sequence[str], optional: Sequence[str] = ()
-) -> Mapping[str, Any]:
-    """``value`` checked to be a mapping with all of ``keys``, some of ``optional``, no other.
-
-    Raises:
-        StateError: not a mapping, or keys missing or unknown.
-    """
-    expected = ", ".join(repr(k) for k in [*keys, *optional])
-    if not isinstance(value, Mapping):
-        raise StateError(
-            f"state {field} = {short_repr(value)} must be a mapping with keys {expected}"
-        )
-    missing = [repr(k) for k in keys if k not in value]
-    unknown = sorted(repr(k) for k in value if k not in keys and k not in optional)
-    if missing or unknown:
-        problems = [f"missing {', '.join(missing)}"] if missing else []
-        problems += [f"unknown key(s) {', '.join(unknown)}"] if unknown else []
-        raise StateError(f"state {field}: {'; '.join(problems)} (expected keys {expected})")
-    return value
 
 
 @dataclass(frozen=True)
@@ -194,13 +150,6 @@ def read_in_step(value: Any, field: str) -> tuple[int, int]:
     if done >= size:
         raise StateError(f"state {field} = {[done, size]} {rule}")
     return done, size
-
-
-def state_ints(value: Any, field: str) -> tuple[int, ...]:
-    """A list of integers (see :func:`state_int`)."""
-    if not isinstance(value, (list, tuple)):
-        raise StateError(f"state {field} = {short_repr(value)} must be a list of integers")
-    return tuple(state_int(v, f"{field}[{i}]") for i, v in enumerate(value))
 
 
 def read_batch_sizes(

@@ -14,13 +14,12 @@ concurrency), and :meth:`ShardSet.gather` prefetches a whole chunk before copyin
 so the chunk's windows arrive concurrently. Under ``on_error = "skip"`` a row whose bytes stay
 unreadable is zero-filled and its stream offset recorded (:meth:`ShardSet.take_skipped`), so
 the reader can deliver it with no loss; the sample keeps its index (order and resumption are
-unchanged).
+unchanged). The byte-range side lives in :mod:`streamload.streams._shard_remote`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import threading
 from collections import OrderedDict
@@ -36,7 +35,14 @@ from streamload.formats.base import ShardInfo, TokenShard
 from streamload.formats.loss_mask import mask_shard
 from streamload.formats.registry import open_shard
 from streamload.ops.masks import starts_from_offsets
-from streamload.remote.store import RemoteObject, StorageHandle
+from streamload.remote.handle import StorageHandle
+from streamload.streams._shard_remote import (
+    gather_remote,
+    prefetch_tokens,
+    prefetch_windows,
+    skip_unreadable,
+    store_of,
+)
 
 __all__ = ["MAX_OPEN_SHARDS", "ShardSet", "loss_mask_set", "skip_unreadable"]
 
@@ -44,8 +50,6 @@ _VIEW_ROWS = 16
 """Rows of a chunk a shard must hold to be read through one sliding-window view: setting up
 the view and its index costs about as much as slicing a dozen rows one by one, so a shuffled
 chunk over hundreds of shards (a few rows each) reads row by row."""
-
-_LOG = logging.getLogger("streamload.remote")
 
 
 def _open_shard_limit() -> int:
@@ -66,23 +70,6 @@ MAX_OPEN_SHARDS = _open_shard_limit()
 """Shards kept open per process; the least recently used are unmapped beyond it. A shuffled
 stream touches every shard, so a corpus of more shards than this reopens some in every chunk
 (about 10 us each)."""
-
-
-def skip_unreadable(info: ShardInfo, exc: RemoteReadError, samples: int = 0) -> None:
-    """Raise ``exc`` unless ``info``'s source has ``on_error = "skip"``; then name the object
-    in ``stats()`` and log a warning (the caller zero-fills the samples, records their rows in
-    the chunk and masks their labels).
-
-    The samples are not counted here: a chunk may be read and never delivered (prefetched by
-    a worker when the loop stops, read again after a restore), so the loader counts them when
-    it delivers their batch (:meth:`ShardSet.count_skipped`). ``samples`` is ignored (kept for
-    callers).
-    """
-    storage = info.storage
-    if storage is None or storage.on_error != "skip":
-        raise exc
-    storage.store().stats.skipped(info.path, str(exc))
-    _LOG.warning("streamload: skipping samples of %s (on_error = 'skip'): %s", info.path, exc)
 
 
 def _with_storage(info: ShardInfo, storage: StorageConfig | None) -> ShardInfo:
@@ -153,19 +140,16 @@ class ShardSet:
         Process workers count theirs in their own process and report them with each result;
         ``loader.stats()`` adds them (:mod:`streamload.nodes._worker_stats`). Skipped samples
         are counted in the training process, as their batches are delivered."""
-        for info in self.shards:
-            if info.is_remote:
-                return dict(info.storage.store().stats.snapshot())
-        return None
+        store = store_of(self.shards)
+        return None if store is None else dict(store.stats.snapshot())
 
     def count_skipped(self, samples: int) -> None:
         """Add ``samples`` to ``skipped_samples`` of this process's counters of the storage
         (a no-op when local): the loader calls it for the skipped samples of each batch it
         delivers, so each is counted once, when delivered."""
-        for info in self.shards:
-            if info.is_remote:
-                info.storage.store().stats.add("skipped_samples", samples)
-                return
+        store = store_of(self.shards)
+        if store is not None:
+            store.stats.add("skipped_samples", samples)
 
     def take_skipped(self) -> list[int]:
         """Stream offsets of rows this thread zero-filled under ``on_error = "skip"`` since the
@@ -179,19 +163,7 @@ class ShardSet:
         shards (near neighbours coalesced); a no-op for local shards."""
         if not self.remote or starts.size == 0:
             return
-        ends = starts + length
-        first = np.searchsorted(self.offsets, starts, side="right") - 1
-        last = np.searchsorted(self.offsets, ends - 1, side="right") - 1
-        for sid in np.unique(np.concatenate([first, last])).tolist():
-            info = self.shards[sid]
-            if not info.is_remote:
-                continue
-            rows = (first <= sid) & (last >= sid)
-            base = int(self.offsets[sid])
-            lo = np.clip(starts[rows] - base, 0, info.num_tokens)
-            hi = np.clip(ends[rows] - base, 0, info.num_tokens)
-            keep = hi > lo
-            self._prefetch_tokens(sid, lo[keep], hi[keep])
+        prefetch_windows(self.shards, self.offsets, starts, length)
 
     def prefetch_pieces(self, shard_ids: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> None:
         """Start fetching tokens ``[starts[i], starts[i] + sizes[i])`` of shard
@@ -199,14 +171,7 @@ class ShardSet:
         for sid in np.unique(shard_ids).tolist():
             if self.shards[sid].is_remote:
                 rows = shard_ids == sid
-                self._prefetch_tokens(sid, starts[rows], starts[rows] + sizes[rows])
-
-    def _prefetch_tokens(self, sid: int, lo: np.ndarray, hi: np.ndarray) -> None:
-        """Start fetching tokens ``[lo[i], hi[i])`` of remote shard ``sid``."""
-        info = self.shards[sid]
-        size = np.dtype(info.dtype).itemsize
-        obj = RemoteObject(info.path, info.size, info.version)
-        info.storage.store().prefetch(obj, info.offset + lo * size, info.offset + hi * size)
+                prefetch_tokens(self.shards[sid], starts[rows], starts[rows] + sizes[rows])
 
     @property
     def num_tokens(self) -> int:
@@ -270,7 +235,13 @@ class ShardSet:
         ends = self.offsets[shard_ids + 1] - self.offsets[shard_ids]
         fit = local + length <= ends
         get = self._opener()
-        done = self._gather_remote(get, shard_ids, local, fit, starts, out) if self.remote else None
+        done: np.ndarray | None = None
+        if self.remote:
+
+            def unreadable(sid: int, exc: RemoteReadError, row: int) -> None:
+                self._skip_or_raise(sid, exc, int(starts[row]), out[row])
+
+            done = gather_remote(self.shards, get, (shard_ids, local, fit), out, unreadable)
         done = self._gather_mapped(get, shard_ids, local, fit, out, done)
         inside = fit.tolist()
         ids = shard_ids.tolist()
@@ -336,38 +307,6 @@ class ShardSet:
             return got
 
         return get
-
-    def _gather_remote(
-        self,
-        get: Callable[[int], TokenShard],
-        shard_ids: np.ndarray,
-        local: np.ndarray,
-        fit: np.ndarray,
-        starts: np.ndarray,
-        out: np.ndarray,
-    ) -> np.ndarray:
-        """Rows inside one remote shard read by range, all of a shard's rows at once (one
-        schedule per shard and chunk, not a locked lookup per window); returns the rows done
-        (the others, local or crossing a shard end, take the per-row path)."""
-        done = np.zeros(shard_ids.shape[0], dtype=bool)
-        length = out.shape[1]
-        for sid in np.unique(shard_ids[fit]).tolist():
-            if not self.shards[sid].is_remote:
-                continue
-            try:
-                array = getattr(get(sid), "remote_array", None)
-            except RemoteReadError:  # unopenable: the per-row path raises or skips its rows
-                continue
-            if array is None:  # a whole small shard mapped from the cache
-                continue
-            rows = np.flatnonzero(fit & (shard_ids == sid))
-            for row, got in zip(rows.tolist(), array.read_rows(local[rows], length), strict=True):
-                if isinstance(got, RemoteReadError):
-                    self._skip_or_raise(sid, got, int(starts[row]), out[row])
-                else:
-                    out[row] = got
-            done[rows] = True
-        return done
 
     def _skip_or_raise(self, sid: int, exc: RemoteReadError, start: int, row: np.ndarray) -> None:
         skip_unreadable(self.shards[sid], exc)

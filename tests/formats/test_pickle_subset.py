@@ -12,12 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamload.errors import FormatError
-from streamload.formats._pickle_subset import (
-    _decode_fast,
-    _Interpreter,
-    decode_pairs,
-    encode_pairs,
-)
+from streamload.formats._pickle_interpreter import PickleInterpreter
+from streamload.formats._pickle_subset import _decode_fast, decode_pairs, encode_pairs
 from tests.helpers.paths import TESTS
 
 DATA = TESTS / "data" / "modalities"
@@ -33,7 +29,7 @@ INT64 = st.one_of(
 def both_paths(blob: bytes) -> np.ndarray:
     """Decode with the public entry point, and check the interpreter agrees."""
     pairs = decode_pairs(blob, "t")
-    assert np.array_equal(_Interpreter(blob, "t", 0).run(), pairs)
+    assert np.array_equal(PickleInterpreter(blob, "t", 0).run(), pairs)
     return pairs
 
 
@@ -183,7 +179,7 @@ def test_corruption_is_refused_or_read_consistently(n: int, protocol: int, edits
     except FormatError as exc:
         assert str(exc).startswith("t: ")
         return
-    assert np.array_equal(_Interpreter(bytes(blob), "t", 0).run(), pairs)
+    assert np.array_equal(PickleInterpreter(bytes(blob), "t", 0).run(), pairs)
     assert pairs.tolist() == [list(p) for p in pickle.loads(bytes(blob))]
 
 
