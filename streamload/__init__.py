@@ -99,6 +99,23 @@ _MOVED = {
     "streamload.stream": "streamload.streams.interface",
     "streamload.tokenize.encoder": "streamload.formats.encoder",
     "streamload.varlen": "streamload.ops.varlen",
+    # issue 30: each sampling mode is a folder of streamload.modes
+    "streamload.config.megatron": "streamload.modes.megatron.checks",
+    "streamload.config.packed": "streamload.modes.packed.checks",
+    "streamload.streams.concat": "streamload.modes.concat.stream",
+    "streamload.streams.concat_source": "streamload.streams.token_source",
+    "streamload.streams.megatron": "streamload.modes.megatron.stream",
+    "streamload.streams.megatron_core_cache": "streamload.modes.megatron.core_cache",
+    "streamload.streams.megatron_indices": "streamload.modes.megatron.indices",
+    "streamload.streams.megatron_source": "streamload.modes.megatron.source",
+    "streamload.streams.packed": "streamload.modes.packed.stream",
+    "streamload.streams.packed_plan": "streamload.modes.packed.plan_cache",
+    "streamload.streams.packed_source": "streamload.modes.packed.source",
+    "streamload.streams.vsl": "streamload.modes.vsl.stream",
+    "streamload.streams.vsl_draws": "streamload.modes.vsl.draws",
+    "streamload.streams.vsl_plan": "streamload.modes.vsl.plan_cache",
+    "streamload.streams.vsl_source": "streamload.modes.vsl.source",
+    "streamload.tools.vsl_report": "streamload.modes.vsl.report",
 }
 """Module paths of releases before the layered layout (docs/design.md §2) → where they live
 now. Importing an old path gives the new module, with a ``DeprecationWarning``."""

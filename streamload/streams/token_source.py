@@ -20,7 +20,7 @@ from streamload.plan.windows import WindowLayout
 from streamload.streams.shard_set import ShardSet, loss_mask_set
 from streamload.streams.source_split import source_split
 
-__all__ = ["TokenSource"]
+__all__ = ["ConcatSource", "TokenSource"]
 
 
 class TokenSource:
@@ -182,3 +182,8 @@ class TokenSource:
                 f"source {name!r}: packing.masks = true, but its format has no document index; "
                 "set eos_token_id so documents can be found"
             )
+
+
+ConcatSource = TokenSource
+"""The name of :class:`TokenSource` before sampling modes became plug-ins (issue 30); it is
+the shared source base of every source-based mode, not concat mode's own."""
