@@ -45,14 +45,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 from streamload.errors import ConfigError, StateError
 from streamload.nodes.materialize import Materialize
 from streamload.plan.partition import RankSpec
-from streamload.state import check_fingerprint
-from streamload.streams.cursor import (
-    StreamCursor,
-    check_cursor,
-    check_step_resume,
-    state_int,
-    state_mapping,
-)
+from streamload.state import load_position, make_state
+from streamload.streams.cursor import StreamCursor, check_step_resume
 from streamload.streams.interface import SampleStream
 
 __all__ = ["MAX_WORKER_SLOTS", "StreamDataset"]
@@ -70,18 +64,20 @@ class StreamDataset(IterableDataset[Batch]):
         stream: The global sample stream.
         rank: Data-parallel rank, size and per-rank batch size.
 
-    A loaded state is checked like the loader's (``streams/cursor.py``) and echoed:
+    Its state is the loader's envelope (:mod:`streamload.state`) at this copy's next batch:
+    ``cursor.batches`` is that batch's number in the pass (0 also before the pass started:
+    worker ``w`` then starts at its batch ``w``). A loaded state is checked like the
+    loader's (and a ``StreamDataset`` state saved before the envelope loads too) and echoed:
     ``state_dict()`` returns it until the next batch.
 
     State:
-        ``cursor``: this copy's next batch (the stream cursor); ``batch``: its pass-relative
-        batch number, or None before the cursor's pass started; ``fingerprint``: the
-        stream's fingerprint.
+        ``version``: the envelope's version; ``fingerprint``: the stream's order-deciding
+        settings; ``epoch``: the pass; ``cursor``: samples, tokens and batches before this
+        copy's next batch (its ``step`` and ``in_step`` in a mixture or inside a step);
+        ``sources``: each source's next sample and epoch; ``global_batch_size``: samples
+        per optimizer step. A mixture adds its ``schedule`` position
+        (:mod:`streamload.state.envelope`).
     """
-
-    CURSOR_KEY = "cursor"
-    BATCH_KEY = "batch"
-    FINGERPRINT_KEY = "fingerprint"
 
     def __init__(self, stream: SampleStream, rank: RankSpec) -> None:
         self.stream = stream
@@ -149,12 +145,9 @@ class StreamDataset(IterableDataset[Batch]):
         self._cursor, self._batch, self._pending = self.stream.start(epoch), None, None
 
     def state_dict(self) -> dict[str, Any]:
-        """Small JSON-safe position of this copy."""
-        return {
-            self.CURSOR_KEY: self._cursor.to_state(),
-            self.BATCH_KEY: self._batch,
-            self.FINGERPRINT_KEY: self.stream.fingerprint(self._cursor),
-        }
+        """Small JSON-safe position of this copy (the envelope)."""
+        step = self.stream.config.grad_accum_steps * self.rank.global_batch
+        return make_state(self.stream, self._cursor, batches=self._batch or 0, global_batch=step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue at a saved position on the next ``iter()``.
@@ -163,18 +156,14 @@ class StreamDataset(IterableDataset[Batch]):
             StateError: malformed, saved for another stream, or a position this copy cannot
                 stand at (named field, value and expectation).
         """
-        keys = (self.CURSOR_KEY, self.BATCH_KEY, self.FINGERPRINT_KEY)
-        state = dict(state_mapping(state, "StreamDataset", keys))
         global_batch = self.rank.global_batch
         step = self.stream.config.grad_accum_steps * global_batch
-        cursor = StreamCursor.from_state(state[self.CURSOR_KEY], step)
-        batch = state[self.BATCH_KEY]
-        batch = None if batch is None else state_int(batch, self.BATCH_KEY)
-        check_fingerprint(state[self.FINGERPRINT_KEY], self.stream.fingerprint(cursor), False)
         info = get_worker_info()
         workers = info.num_workers if info is not None else 1
-        check_cursor(self.stream, cursor, slack=(workers - 1) * global_batch)
-        check_step_resume(cursor, step, global_batch, self.CURSOR_KEY)
+        slack = (workers - 1) * global_batch
+        loaded = load_position(state, self.stream, global_batch=global_batch, slack=slack)
+        cursor, batch = loaded.cursor, loaded.batches or None  # 0: the pass not yet started
+        check_step_resume(cursor, step, global_batch, "cursor")
         expected, in_step = 0, 0
         if batch is not None and not self.stream.is_mixture:  # an evaluation pass ends at P
             start = self.stream.start(cursor.pass_index)
@@ -188,8 +177,9 @@ class StreamDataset(IterableDataset[Batch]):
                 f" (in_step {cursor.in_step}, expected {in_step})" if step > global_batch else ""
             )
             raise StateError(
-                f"state cursor.sample = {cursor.sample} disagrees with batch = {batch} of "
-                f"{global_batch} samples, which gives {expected}{steps}; the state was edited, "
-                "or saved with another global batch size (use StreamLoader to change it)"
+                f"state cursor.samples = {cursor.sample} disagrees with cursor.batches = "
+                f"{batch or 0} of {global_batch} samples, which gives {expected}{steps}; the "
+                "state was edited, or saved with another global batch size (use StreamLoader "
+                "to change it)"
             )
         self._cursor, self._batch, self._pending = cursor, batch, (cursor, batch)

@@ -35,7 +35,7 @@ from streamload.nodes.plan_chunks import PlanChunks
 from streamload.nodes.split_batches import SplitBatches
 from streamload.plan.partition import RankSpec
 from streamload.remote.stats import RemoteStats, worker_totals
-from streamload.state import load_state, make_state
+from streamload.state import load_position, make_state
 from streamload.streams.cursor import check_step_resume
 from streamload.streams.evaluation import EvaluationStream, evaluation_config, evaluation_stream
 from streamload.streams.interface import SampleStream
@@ -197,7 +197,7 @@ class StreamLoader:
         planner = self._planner
         if not self._limited or planner is None:
             return
-        if planner.get_state() != self._cursor.to_state():
+        if planner.cursor != self._cursor:
             return  # the end lies at or after the planner's cursor: one look-ahead per chunk
         spec = self.rank
         planned = self.stream.plan_chunk(
@@ -214,12 +214,7 @@ class StreamLoader:
     def state_dict(self) -> dict[str, Any]:
         """The position after the last delivered batch (small, JSON-safe; see ``state.py``)."""
         return make_state(
-            fingerprint=self.stream.fingerprint(self._cursor),
-            cursor=self._cursor,
-            batches=self._delivered,
-            seq_len=self.stream.seq_len,
-            global_batch=self.step_batch,
-            sources=self.stream.source_positions(self._cursor),
+            self.stream, self._cursor, batches=self._delivered, global_batch=self.step_batch
         )
 
     def load_state_dict(
@@ -239,7 +234,12 @@ class StreamLoader:
             StateError: malformed, too new, saved for other data or config, or a position
                 this stream cannot stand at (see ``state.py``); the loader is unchanged.
         """
-        loaded = load_state(state, self.stream, ignore_fingerprint_mismatch)
+        loaded = load_position(
+            state,
+            self.stream,
+            global_batch=self.rank.global_batch,
+            ignore_fingerprint_mismatch=ignore_fingerprint_mismatch,
+        )
         check_step_resume(loaded.cursor, self.step_batch, self.rank.global_batch, "cursor")
         self._close()
         self._cursor, self._delivered, self._ended_by = loaded.cursor, loaded.batches, None
@@ -321,7 +321,9 @@ class StreamLoader:
         return max(1, min(most, CHUNK_BYTES // self._batch_bytes()))
 
     def _build_chain(self) -> BaseNode[Batch]:
-        plan = PlanChunks(self.stream, self.rank, self._chunk_batches(), self._cursor)
+        plan = PlanChunks(
+            self.stream, self.rank, self._chunk_batches(), self._cursor, self._delivered
+        )
         self._planner = plan
         work = Materialize(self.stream, count_skipped=True)
         node: BaseNode[Any]

@@ -21,7 +21,6 @@ ROOT_MODULES = {
     "distributed.py",
     "errors.py",
     "loader.py",
-    "state.py",
     "testing.py",
 }
 

@@ -144,4 +144,5 @@ def test_state_section_lists_the_state_keys(small: dict[str, Any]) -> None:
     section = doc.split("State:", 1)[1]
     documented = set(re.findall(r"``(\w+)``\s*:", section))
     dataset = StreamDataset(SampleStream.from_config(load_config(small)), RankSpec(0, 1, 4))
-    assert documented == set(dataset.state_dict()) == {"cursor", "batch", "fingerprint"}
+    envelope = {"version", "fingerprint", "epoch", "cursor", "sources", "global_batch_size"}
+    assert documented == set(dataset.state_dict()) == envelope

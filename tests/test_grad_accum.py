@@ -310,14 +310,14 @@ def test_stream_dataset_resumes_inside_a_step(paths: dict[str, str]) -> None:
     it = iter(dataset)
     got = [next(it) for _ in range(3)]
     state = json.loads(json.dumps(dataset.state_dict()))
-    assert state["cursor"]["in_step"] == [4, 8]
+    assert (state["cursor"]["in_step"], state["global_batch_size"]) == (4, 8)
     resumed = StreamDataset(stream, spec)
     resumed.load_state_dict(state)
     got += list(itertools.islice(resumed, 6))
     assert_batches_equal(want, got, "StreamDataset")
-    state["cursor"]["in_step"] = [2, 8]
+    state["cursor"]["in_step"] = 2
     with pytest.raises(
-        StateError, match=r"cursor\.sample = 12 less 2 of the step in progress = 10"
+        StateError, match=r"cursor\.samples = 12 less 2 of the step in progress = 10"
     ):
         StreamDataset(stream, spec).load_state_dict(state)
 
@@ -331,7 +331,7 @@ def test_plan_chunks_refuses_a_position_inside_a_step_of_another_size(
     planner.reset(None)
     next(planner)
     state = planner.get_state()
-    assert state["in_step"] == [4, 8]
+    assert (state["cursor"]["in_step"], state["global_batch_size"]) == (4, 8)
     narrow = SampleStream.from_config(replace(cfg, grad_accum_steps=4))  # 4 x 1 x 2: B = 8
     PlanChunks(narrow, RankSpec(0, 1, 2), chunk_batches=1).reset(state)  # 2 divides the rest
     other = SampleStream.from_config(replace(cfg, grad_accum_steps=4, global_batch_size=16))

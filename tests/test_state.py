@@ -296,19 +296,29 @@ def dataset_state(cfg: dict[str, Any], b: int, steps: int) -> dict[str, Any]:
 
 
 DATASET_EDITS: list[tuple[str, str, Change, str]] = [
-    ("single", "not-a-dict", replaced("x"), r"StreamDataset = 'x' must be a mapping"),
-    ("single", "missing-batch", deleter("batch"), r"StreamDataset: missing 'batch'"),
-    ("single", "extra-key", setter("junk", 0), r"StreamDataset: unknown key.*'junk'"),
-    ("single", "pass-str", setter("cursor.pass", "0"), r"cursor\.pass = '0' must be an integer"),
-    ("single", "sample-float", setter("cursor.sample", 12.0), r"cursor\.sample = 12\.0"),
-    ("single", "sample-beyond", setter("cursor.sample", 10**9), r"cursor\.sample = 1000000000"),
-    ("single", "batch-bool", setter("batch", True), r"batch = True must be an integer"),
-    ("single", "batch-edited", adder("batch", 1), r"cursor\.sample = 12 disagrees with batch = 4"),
+    ("single", "not-a-dict", replaced("x"), r"not a streamload loader state.*: 'x'"),
+    ("single", "missing-batches", deleter("cursor.batches"), r"cursor: missing 'batches'"),
+    ("single", "extra-key", setter("junk", 0), r"unknown key.*'junk'"),
+    ("single", "epoch-str", setter("epoch", "0"), r"epoch = '0' must be an integer"),
+    ("single", "samples-float", setter("cursor.samples", 12.0), r"cursor\.samples = 12\.0"),
+    (
+        "single",
+        "samples-beyond",
+        setter("cursor.samples", 10**9),
+        r"cursor\.samples = 1000000000",
+    ),
+    ("single", "batches-bool", setter("cursor.batches", True), r"batches = True must be an int"),
+    (
+        "single",
+        "batches-edited",
+        adder("cursor.batches", 1),
+        r"cursor\.samples = 12 disagrees with cursor\.batches = 4",
+    ),
     ("single", "fingerprint-list", setter("fingerprint", []), r"fingerprint = \[\].*mapping"),
-    ("single", "cursor-mixture", setter("cursor.mixture", {}), r"cursor\.mixture: missing"),
-    ("mixture", "drawn-edited", adder("cursor.mixture.drawn.0", 1), r"drawn\[0\] \(a\) = .*give"),
-    ("mixture", "step-edited", adder("cursor.mixture.step", 1), r"cursor\.mixture\.step = 4"),
-    ("mixture", "no-mixture", setter("cursor.mixture", None), r"is a mixture"),
+    ("single", "schedule-added", setter("schedule", {}), r"'schedule'.*not a mixture"),
+    ("mixture", "sources-edited", adder("sources.a.samples", 1), r"sources\.a\.samples = .*give"),
+    ("mixture", "step-edited", adder("cursor.step", 1), r"cursor\.step = 4"),
+    ("mixture", "no-schedule", deleter("schedule"), r"missing 'schedule'"),
 ]
 
 
@@ -341,8 +351,12 @@ CHAIN_EDITS: list[tuple[str, Change, str]] = [
     ("offset-str", setter("root.offset", "1"), r"SplitBatches\.offset = '1'"),
     ("offset-beyond", setter("root.offset", 10**6), r"SplitBatches\.offset = 1000000 skips past"),
     ("no-source", deleter("root.source"), r"SplitBatches: missing 'source'"),
-    ("sample-beyond", setter("root.source.sample", 10**6), r"cursor\.sample = 1000000 lies"),
-    ("pass-float", setter("root.source.pass", 0.0), r"cursor\.pass = 0\.0 must be an integer"),
+    (
+        "samples-beyond",
+        setter("root.source.cursor.samples", 10**6),
+        r"cursor\.samples = 1000000 lies",
+    ),
+    ("epoch-float", setter("root.source.epoch", 0.0), r"epoch = 0\.0 must be an integer"),
 ]
 
 
@@ -368,3 +382,33 @@ def test_list_shards_refuses_an_index_beyond_its_shards(single: dict[str, Any]) 
         node.reset({"index": 3})
     with pytest.raises(StateError, match=r"ListShards\.index = '1' must be an integer"):
         node.reset({"index": "1"})
+
+
+def legacy_dataset_state(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The shape a StreamDataset saved before the shared envelope (one source, no step)."""
+    cursor = {"pass": envelope["epoch"], "sample": envelope["cursor"]["samples"], "mixture": None}
+    batch = envelope["cursor"]["batches"] or None
+    return {"cursor": cursor, "batch": batch, "fingerprint": envelope["fingerprint"]}
+
+
+def test_states_of_the_shapes_before_the_envelope_load_strictly(single: dict[str, Any]) -> None:
+    """StreamDataset's {cursor, batch, fingerprint} and PlanChunks' {pass, sample, mixture}
+    (tests/golden/states/v1 holds real ones of every entry point) load into the envelope's
+    position and keep their strict checks."""
+    stream = SampleStream.from_config(load(single))
+    saved = dataset_state(single, 4, 3)
+    legacy = legacy_dataset_state(saved)
+    dataset = StreamDataset(stream, RankSpec(0, 1, 4))
+    dataset.load_state_dict(legacy)
+    assert dataset.state_dict() == saved  # read into the same position, saved as the envelope
+    legacy["batch"] += 1
+    with pytest.raises(StateError, match=r"cursor\.samples = 12 disagrees"):
+        StreamDataset(stream, RankSpec(0, 1, 4)).load_state_dict(legacy)
+    legacy["batch"], legacy["fingerprint"]["seed"] = 3, 99
+    with pytest.raises(StateError, match=r"fingerprint differs.*seed: saved 99"):
+        StreamDataset(stream, RankSpec(0, 1, 4)).load_state_dict(legacy)
+    plan = PlanChunks(stream, RankSpec(0, 1, 4), chunk_batches=2)
+    plan.reset({"pass": 0, "sample": 8, "mixture": None})
+    assert plan.get_state()["cursor"] == {"samples": 8, "tokens": 64, "batches": 2}
+    with pytest.raises(StateError, match=r"cursor\.sample = '8' must be an integer"):
+        plan.reset({"pass": 0, "sample": "8", "mixture": None})

@@ -9,8 +9,9 @@ from torchdata.nodes import BaseNode
 from streamload.errors import ConfigError
 from streamload.nodes.lookahead import Lookahead
 from streamload.plan.partition import RankSpec
+from streamload.state import load_position, make_state
 from streamload.streams.chunks import ChunkPlan
-from streamload.streams.cursor import StreamCursor, check_cursor, check_step_resume
+from streamload.streams.cursor import StreamCursor, check_step_resume
 from streamload.streams.interface import SampleStream
 
 __all__ = ["PlanChunks"]
@@ -31,20 +32,20 @@ class PlanChunks(BaseNode[ChunkPlan]):
     ``torchdata.nodes.Loader`` walks pass after pass.
 
     State:
-        ``pass``: the current pass; ``sample``: pass-relative sample where the next chunk
-        begins; ``mixture``: ``None``, or per-source counts and the schedule position (at
-        the start of the optimizer step in progress); ``in_step`` (only inside an optimizer
-        step): ``[samples of the step delivered, samples of the step]``.
+        The loader's envelope (:mod:`streamload.state`) at the start of the next chunk.
+        ``version``: the envelope's version; ``fingerprint``: the stream's order-deciding
+        settings; ``epoch``: the pass; ``cursor``: samples, tokens and batches before the
+        next chunk (its ``step`` and ``in_step`` in a mixture or inside a step);
+        ``sources``: each source's next sample and epoch; ``global_batch_size``: samples
+        per optimizer step. A mixture adds its ``schedule`` position
+        (:mod:`streamload.state.envelope`).
 
-    A state given to ``reset`` is checked like the loader's (``streams/cursor.py``: strict
-    types, a position the stream can stand at, mixture counts derived from the step) and
-    raises ``StateError`` otherwise; ``get_state()`` returns it until the next chunk.
+    A state given to ``reset`` is checked like the loader's (:func:`streamload.state.
+    load_position`: strict types, the fingerprint, a position the stream can stand at,
+    mixture counts derived from the step; the node shape saved before the envelope loads
+    too) and raises ``StateError`` otherwise; ``get_state()`` returns it until the next
+    chunk.
     """
-
-    PASS_KEY = "pass"
-    SAMPLE_KEY = "sample"
-    MIXTURE_KEY = "mixture"
-    IN_STEP_KEY = "in_step"
 
     def __init__(
         self,
@@ -52,6 +53,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
         rank: RankSpec,
         chunk_batches: int,
         start: StreamCursor | None = None,
+        batches: int = 0,
     ) -> None:
         super().__init__()
         if chunk_batches < 1:
@@ -61,6 +63,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
         self.chunk_batches = chunk_batches
         self.start = start or stream.start()
         self._cursor = self.start
+        self._start_batches = self._batches = batches  # of the pass, before the cursor
         self._started = False
         self._size = 1
         self._lookahead = Lookahead(
@@ -76,15 +79,13 @@ class PlanChunks(BaseNode[ChunkPlan]):
         super().reset(initial_state)
         if initial_state is not None:
             micro = self.rank.global_batch
-            step = self.stream.config.grad_accum_steps * micro
-            cursor = StreamCursor.from_state(initial_state, step)
-            check_cursor(self.stream, cursor)
-            check_step_resume(cursor, step, micro, "cursor")
-            self._cursor = cursor
+            loaded = load_position(initial_state, self.stream, global_batch=micro)
+            check_step_resume(loaded.cursor, self._step, micro, "cursor")
+            self._cursor, self._batches = loaded.cursor, loaded.batches
         elif self._started:
-            self._cursor = self.stream.next_pass(self._cursor)
+            self._cursor, self._batches = self.stream.next_pass(self._cursor), 0
         else:
-            self._cursor = self.start
+            self._cursor, self._batches = self.start, self._start_batches
         self._started = True
         self._size = 1
         self._lookahead.reset()
@@ -99,8 +100,19 @@ class PlanChunks(BaseNode[ChunkPlan]):
             raise StopIteration
         self._lookahead.advance(self._cursor)  # this chunk and the next batches
         plan, self._cursor = planned
+        self._batches += plan.sample_ids.shape[0]
         self._size = size * 2
         return plan
 
+    @property
+    def cursor(self) -> StreamCursor:
+        """Where the next chunk begins."""
+        return self._cursor
+
+    @property
+    def _step(self) -> int:
+        """Samples per optimizer step."""
+        return self.stream.config.grad_accum_steps * self.rank.global_batch
+
     def get_state(self) -> dict[str, Any]:
-        return self._cursor.to_state()
+        return make_state(self.stream, self._cursor, batches=self._batches, global_batch=self._step)

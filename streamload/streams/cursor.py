@@ -1,7 +1,7 @@
 """A position in the global sample stream: a value, saved in the loader state.
 
-Reading a position from a state is strict, the same at every entry point (the loader's
-envelope, ``StreamDataset``, ``PlanChunks``). Rules (violations raise ``StateError`` naming
+The state's shape is :mod:`streamload.state`'s (one envelope for every entry point); the
+checks of the position it names live here. Rules (violations raise ``StateError`` naming
 the field, the value and what was expected):
 
 * Integers are ``int`` (or NumPy integers), never ``bool``, ``float`` or ``str``; they are
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from streamload.streams.interface import SampleStream
 
 __all__ = [
-    "CURSOR_FIELDS",
     "MAX_CHECKED_STEPS",
     "MAX_STATE_INT",
     "CursorFields",
@@ -83,56 +82,6 @@ class StreamCursor:
     mixture: MixtureCursor | None = None
     in_step: int = 0
     step_size: int = 0
-
-    def to_state(self) -> dict[str, Any]:
-        """Plain ints and lists (``in_step`` only inside a step: ``[done, size]``)."""
-        m = self.mixture
-        mixture = None if m is None else {
-            "step": m.step, "drawn": list(m.drawn),
-            "phase_step": m.phase_step, "phase_drawn": list(m.phase_drawn),
-            "batch_sizes": [list(pair) for pair in m.batch_sizes],
-        }  # fmt: skip
-        out: dict[str, Any] = {"pass": self.pass_index, "sample": self.sample, "mixture": mixture}
-        if self.in_step:
-            out["in_step"] = [self.in_step, self.step_size]
-        return out
-
-    @classmethod
-    def from_state(
-        cls, state: Any, global_batch: int | None = None, field: str = "cursor"
-    ) -> StreamCursor:
-        """Inverse of :meth:`to_state`, strict (see the module rules).
-
-        Args:
-            state: ``{"pass", "sample", "mixture"}`` and, inside an optimizer step,
-                ``"in_step": [done, size]``.
-            global_batch: The reader's global batch size, taken as the only one used by a
-                mixture state saved before ``batch_sizes`` were recorded.
-            field: The state's name in messages.
-
-        Raises:
-            StateError: a malformed field, named.
-        """
-        state = state_mapping(state, field, ("pass", "sample", "mixture"), ("in_step",))
-        done, size = read_in_step(state.get("in_step"), f"{field}.in_step")
-        m = state["mixture"]
-        mixture = None
-        if m is not None:
-            where = f"{field}.mixture"
-            keys = ("step", "drawn", "phase_step", "phase_drawn")
-            m = state_mapping(m, where, keys, ("batch_sizes",))
-            step = state_int(m["step"], f"{where}.step")
-            sizes = m.get("batch_sizes")
-            mixture = MixtureCursor(
-                step,
-                state_ints(m["drawn"], f"{where}.drawn"),
-                state_int(m["phase_step"], f"{where}.phase_step"),
-                state_ints(m["phase_drawn"], f"{where}.phase_drawn"),
-                read_batch_sizes(sizes, f"{where}.batch_sizes", step, global_batch),
-            )
-        pass_index = state_int(state["pass"], f"{field}.pass")
-        sample = state_int(state["sample"], f"{field}.sample")
-        return cls(pass_index, sample, mixture, done, size)
 
 
 def read_in_step(value: Any, field: str) -> tuple[int, int]:
@@ -203,22 +152,10 @@ class CursorFields:
     phase_drawn: Callable[[int, str], str]
 
 
-CURSOR_FIELDS = CursorFields(
-    pass_index="cursor.pass",
-    sample="cursor.sample",
-    step="cursor.mixture.step",
-    phase_step="cursor.mixture.phase_step",
-    batch_sizes="cursor.mixture.batch_sizes",
-    drawn=lambda i, name: f"cursor.mixture.drawn[{i}] ({name})",
-    phase_drawn=lambda i, name: f"cursor.mixture.phase_drawn[{i}] ({name})",
-)
-"""Field names of a :meth:`StreamCursor.to_state` position."""
-
-
 def check_cursor(
     stream: SampleStream,
     cursor: StreamCursor,
-    fields: CursorFields = CURSOR_FIELDS,
+    fields: CursorFields,
     slack: int = 0,
     derive: bool = True,
 ) -> None:

@@ -22,6 +22,7 @@ from streamload.nodes import (
     WindowReader,
 )
 from streamload.ops.masks import packing_fields, starts_from_offsets
+from streamload.state.envelope import STATE_KEYS
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
 from tests.helpers.corpus import Corpus, write_shards
 from tests.helpers.masks import expected_fields
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:each pass of")
 
 OWN_KEYS = {
     ListShards: {"index"},
-    PlanChunks: {"pass", "sample", "mixture"},
+    PlanChunks: {"version", "fingerprint", "epoch", "cursor", "sources", "global_batch_size"},
     ReadWindows: set(),
     PackMasks: set(),
     SplitBatches: {"source", "offset"},
@@ -100,9 +101,7 @@ def test_state_section_lists_the_state_keys(corpus: Corpus, cls: type) -> None:
 
 def test_class_constants_name_the_keys() -> None:
     assert {ListShards.INDEX_KEY} == OWN_KEYS[ListShards]
-    assert {PlanChunks.PASS_KEY, PlanChunks.SAMPLE_KEY, PlanChunks.MIXTURE_KEY} == OWN_KEYS[
-        PlanChunks
-    ]
+    assert set(STATE_KEYS) == OWN_KEYS[PlanChunks]  # the envelope's: one state
     assert {SplitBatches.SOURCE_KEY, SplitBatches.OFFSET_KEY} == OWN_KEYS[SplitBatches]
 
 

@@ -55,13 +55,13 @@ A loaded state is normalized once (plain ``int``) and echoed: ``state_dict()`` r
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streamload.errors import StateError
 from streamload.plan.mixture import MixtureCursor
+from streamload.state.fingerprint import check_fingerprint
 from streamload.streams.cursor import (
     CursorFields,
     StreamCursor,
@@ -76,48 +76,47 @@ if TYPE_CHECKING:
     from streamload.streams.interface import SampleStream
 
 __all__ = [
-    "MAX_FINGERPRINT_DEPTH",
+    "STATE_KEYS",
     "STATE_VERSION",
     "UPGRADERS",
     "LoadedState",
-    "check_fingerprint",
     "load_state",
     "make_state",
     "read_state",
 ]
 
 STATE_VERSION = 1
-MAX_FINGERPRINT_DEPTH = 32
-"""Nesting allowed inside a fingerprint (a real one is 3 deep)."""
 
 UPGRADERS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 """``UPGRADERS[n]`` turns a version-n state into a version-(n+1) state."""
 
-_KEYS = ("version", "fingerprint", "epoch", "cursor", "sources", "global_batch_size")
+STATE_KEYS = ("version", "fingerprint", "epoch", "cursor", "sources", "global_batch_size")
+"""The envelope's keys (a mixture adds ``schedule``)."""
 
 
 def make_state(
-    *,
-    fingerprint: dict[str, Any],
-    cursor: StreamCursor,
-    batches: int,
-    seq_len: int,
-    global_batch: int,
-    sources: dict[str, dict[str, int]],
+    stream: SampleStream, cursor: StreamCursor, *, batches: int, global_batch: int
 ) -> dict[str, Any]:
-    """Build the envelope (plain JSON-safe ints, strings, lists, dicts).
+    """The envelope of a position (plain JSON-safe ints, strings, lists, dicts): what every
+    entry point saves.
 
-    ``global_batch`` is the loader's optimizer step in samples; inside a step it is that
-    step's size (the loader keeps it on a resume inside a step).
+    Args:
+        stream: The stream the position is in (its fingerprint, seq_len, source positions).
+        cursor: The position.
+        batches: Batches delivered in the cursor's pass (a ``StreamDataset`` copy: the
+            pass-relative number of its next batch; 0 before its pass started).
+        global_batch: Samples per optimizer step; inside a step the cursor's step size
+            counts (a loader keeps it on a resume inside a step).
     """
     samples = cursor.sample
+    sources = stream.source_positions(cursor)
     state: dict[str, Any] = {
         "version": STATE_VERSION,
-        "fingerprint": fingerprint,
+        "fingerprint": stream.fingerprint(cursor),
         "epoch": cursor.pass_index,
-        "cursor": {"samples": samples, "tokens": samples * seq_len, "batches": batches},
+        "cursor": {"samples": samples, "tokens": samples * stream.seq_len, "batches": batches},
         "sources": sources,
-        "global_batch_size": global_batch,
+        "global_batch_size": cursor.step_size if cursor.in_step else global_batch,
     }
     if cursor.in_step:
         state["cursor"]["in_step"] = cursor.in_step
@@ -144,9 +143,11 @@ class LoadedState:
 
 
 def load_state(
-    state: Any, stream: SampleStream, ignore_fingerprint_mismatch: bool = False
+    state: Any, stream: SampleStream, ignore_fingerprint_mismatch: bool = False, slack: int = 0
 ) -> LoadedState:
-    """Check a saved envelope against ``stream`` (the module's loading rules).
+    """Check a saved envelope against ``stream`` (the module's loading rules); ``slack``:
+    samples the position may lie past the pass end (a ``StreamDataset`` worker's cursor
+    steps over it by up to ``workers - 1`` batches).
 
     Raises:
         StateError: malformed, too new, saved for other data or config, or an impossible
@@ -169,7 +170,7 @@ def load_state(
     # The override skips what is derived from the data and the cursor (docs/design.md §2.8),
     # never the types and keys; with other data those derivations would not hold anyway.
     derive = same and not ignore_fingerprint_mismatch
-    check_cursor(stream, cursor, _envelope_fields(), derive=derive)
+    check_cursor(stream, cursor, _envelope_fields(), slack=slack, derive=derive)
     if derive:
         _check_derived(fields, sources, cursor, stream)
     return LoadedState(cursor, batches)
@@ -184,7 +185,7 @@ def read_state(state: Any) -> dict[str, Any]:
     """
     if not isinstance(state, Mapping):
         raise StateError(
-            f"not a streamload loader state (a mapping with keys {', '.join(_KEYS)}): "
+            f"not a streamload loader state (a mapping with keys {', '.join(STATE_KEYS)}): "
             f"{short_repr(state)}"
         )
     if "version" not in state:
@@ -200,50 +201,9 @@ def read_state(state: Any) -> dict[str, Any]:
     current = dict(state)
     while current["version"] < STATE_VERSION:
         current = UPGRADERS[current["version"]](current)
-    state_mapping(current, "(top level)", _KEYS, ("schedule",))
+    state_mapping(current, "(top level)", STATE_KEYS, ("schedule",))
     state_int(current["global_batch_size"], "global_batch_size", 1)
     return current
-
-
-def check_fingerprint(saved: Any, current: Mapping[str, Any], ignore: bool) -> bool:
-    """Whether ``saved`` equals ``current``; raise naming every field that differs, unless
-    ``ignore``. A malformed fingerprint is refused even then.
-
-    Raises:
-        StateError: not a mapping of plain values, or saved for other data or config.
-    """
-    if not isinstance(saved, Mapping):
-        raise StateError(
-            f"state fingerprint = {short_repr(saved)} must be a mapping of the stream's "
-            "order-deciding settings"
-        )
-    _check_plain(saved, "fingerprint", 0)
-    keys = sorted(set(saved) | set(current), key=repr)
-    diffs = [k for k in keys if not (k in saved and k in current and _same(saved[k], current[k]))]
-    if not diffs:
-        return True
-    if ignore:
-        return False
-    parts = []
-    for key in diffs:
-        old, new = saved.get(key), current.get(key)
-        if key == "data" and isinstance(old, Mapping) and isinstance(new, Mapping):
-            changed = sorted(k for k in set(old) | set(new) if not _same(old.get(k), new.get(k)))
-            parts.append(
-                f"data of source(s) {', '.join(map(str, changed))} (files, sizes or dtypes)"
-            )
-        elif isinstance(old, Mapping) and isinstance(new, Mapping):  # name the inner fields
-            for inner in sorted(set(old) | set(new), key=repr):
-                a, b = old.get(inner), new.get(inner)
-                if not (inner in old and inner in new and _same(a, b)):
-                    parts.append(f"{key}.{inner}: saved {short_repr(a)}, now {short_repr(b)}")
-        else:
-            parts.append(f"{key}: saved {short_repr(old)}, now {short_repr(new)}")
-    raise StateError(
-        f"state fingerprint differs: the state was saved for a different stream — "
-        f"{'; '.join(parts)}. Resuming would not continue on the next sample; pass "
-        "ignore_fingerprint_mismatch=True if you mean it"
-    )
 
 
 def _cursor(
@@ -348,40 +308,3 @@ def _check_derived(
             f"and cursor.samples {cursor.sample}, which give {short_repr(expected)}; the state "
             "was edited or is corrupt"
         )
-
-
-def _check_plain(value: Any, field: str, depth: int) -> None:
-    if depth > MAX_FINGERPRINT_DEPTH:
-        raise StateError(f"state {field} is nested deeper than {MAX_FINGERPRINT_DEPTH} levels")
-    if value is None or isinstance(value, (str, bool, numbers.Real)):
-        return
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            _check_plain(item, f"{field}.{key}", depth + 1)
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            _check_plain(item, f"{field}[{index}]", depth + 1)
-    else:
-        raise StateError(
-            f"state {field} holds a {type(value).__name__}; a fingerprint holds only plain "
-            "values (strings, numbers, booleans, None, lists, mappings)"
-        )
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, numbers.Integral):
-        return "int"
-    if isinstance(value, numbers.Real):
-        return "float"
-    return type(value).__name__
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal values of equal kinds, all the way down (lists equal tuples)."""
-    if isinstance(a, Mapping) and isinstance(b, Mapping):
-        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    return _kind(a) == _kind(b) and a == b
