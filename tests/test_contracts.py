@@ -160,7 +160,7 @@ def test_stream_loader_states_are_echoed_and_positional(
 
 
 @pytest.mark.parametrize("case", ["single", "mixture", "packed", "vsl"])
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_stream_dataset_under_stateful_dataloader(
     configs: dict[str, dict[str, Any]], case: str, workers: int
 ) -> None:

@@ -69,7 +69,7 @@ def test_resumes_exactly_without_workers(corpus: Corpus) -> None:
     assert_resumes_exactly(lambda: dataloader(cfg, RankSpec(0, 1, 4), 0), passes=2)
 
 
-@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("persistent", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_resumes_exactly_with_two_workers(corpus: Corpus, persistent: bool) -> None:
     cfg = corpus.config(16, seed=4)
     per_pass = len(build_loader(cfg, batch_size=4))
@@ -107,6 +107,7 @@ def test_each_epoch_starts_the_next_pass_without_set_epoch(
         assert_batches_equal(want, list(dl), f"epoch {epoch}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("num_workers", "persistent"), WORKER_CASES, ids=WORKER_IDS)
 def test_every_epoch_boundary_resumes_exactly(
     small: dict[str, Any], num_workers: int, persistent: bool

@@ -387,6 +387,7 @@ def test_a_superseded_iterator_ends_instead_of_hanging(docs: Corpus, worker_type
     loader.close()
 
 
+@pytest.mark.slow
 def test_garbage_collecting_a_loader_in_a_cycle_does_not_hang(docs: Corpus) -> None:
     import gc
 

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers.corpus_factory import write_corpus
 
 
+@pytest.mark.slow
 def test_a_closed_pipe_ends_the_command_without_a_traceback(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "data", [300_000], mean_doc_len=8.0)
     command = [sys.executable, "-m", "streamload", "docs", str(corpus.folder), "--eos", "0"]

@@ -102,6 +102,7 @@ def test_replaced_http_object_is_named(make_corpus: Callable[..., Corpus], tmp_p
             list(loader)  # the server ignores If-Match: the answer's ETag tells
 
 
+@pytest.mark.slow
 def test_refused_signature_falls_back_to_fsspec(
     make_corpus: Callable[..., Corpus], s3: S3Server, tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -138,6 +139,7 @@ def test_client_choice() -> None:
         StorageConfig(client="curl")
 
 
+@pytest.mark.slow
 def test_one_denied_object_is_that_objects_error_not_the_clients(
     make_corpus: Callable[..., Corpus], s3: S3Server, tmp_path: Path
 ) -> None:

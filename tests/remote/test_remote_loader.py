@@ -140,6 +140,7 @@ def test_http_range_reads(make_corpus: Callable[..., Corpus], tmp_path: Path) ->
         assert_batches_equal(batches(corpus.config(seq_len=16)), batches(config), "http")
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:each pass")
 def test_faults_retried_without_loss(
     make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
@@ -234,6 +235,7 @@ def test_unreadable_header_skips_the_shard(
         ]  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore:each pass")
 def test_stall_watchdog_names_the_object(
     make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
@@ -259,7 +261,7 @@ def test_stall_watchdog_names_the_object(
 
 
 @pytest.mark.filterwarnings("ignore:each pass")
-@pytest.mark.parametrize("on_error", ["raise", "skip"])
+@pytest.mark.parametrize("on_error", [pytest.param("raise", marks=pytest.mark.slow), "skip"])
 def test_a_stalled_chunk_fails_after_one_stall_timeout(
     make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
     tmp_path: Path, on_error: str,
@@ -509,7 +511,7 @@ def test_closing_a_loader_frees_its_memory_cache(
 
 
 @pytest.mark.filterwarnings("ignore:each pass")
-@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 def test_packed_mode_reads_remotely(
     make_corpus: Callable[..., Corpus], upload: Callable[[Path], str], s3: S3Server,
     tmp_path: Path, workers: int,

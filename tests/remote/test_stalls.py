@@ -36,7 +36,7 @@ from tests.servers.stall import StallingProxy, StallPlan
 pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
 
-pytestmark = pytest.mark.filterwarnings("ignore:each pass")
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:each pass")]
 
 STALL = {"timeout": 2.0, "retries": 1, "backoff": 0.01, "stall_warning": 0.0,
          "stall_timeout": 300.0}  # fmt: skip

@@ -56,6 +56,7 @@ def _batches(source: dict[str, Any], cache: Path | None = None) -> list[dict[str
         return list(loader)
 
 
+@pytest.mark.slow
 def test_a_companion_replaced_after_start_up_is_refused(
     twins: tuple[Path, Path], s3: S3Server, tmp_path: Path
 ) -> None:

@@ -35,6 +35,7 @@ def short_wait(monkeypatch: pytest.MonkeyPatch) -> float:
     return 30.0
 
 
+@pytest.mark.slow
 def test_an_empty_lock_is_taken_over_within_seconds(
     short_wait: float, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

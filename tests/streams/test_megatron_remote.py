@@ -173,6 +173,7 @@ def test_unreadable_object_is_skipped_and_counted(
     assert f"{url}/B/b.bin" in stats["skipped"]
 
 
+@pytest.mark.slow
 def test_lookahead_prefetches_megatron_pieces(
     data: Path, s3: tuple[S3Server, str], tmp_path: Path
 ) -> None:

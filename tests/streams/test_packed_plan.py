@@ -149,6 +149,7 @@ def _build_in_child(cfg: dict[str, Any], queue: Any) -> None:
     queue.put((len(calls), hashlib.sha256(tokens.tobytes()).hexdigest()))
 
 
+@pytest.mark.slow
 def test_processes_starting_together_build_the_plan_once(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:

@@ -181,6 +181,7 @@ def test_process_workers_equal_the_zero_worker_run(corpus: Corpus) -> None:
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_stream_dataset_under_stateful_dataloader(corpus: Corpus) -> None:
     from torchdata.stateful_dataloader import StatefulDataLoader
 

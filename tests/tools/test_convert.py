@@ -124,6 +124,7 @@ def test_interrupted_convert_publishes_nothing(
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", sorted(DESTINATIONS))
 def test_killed_convert_leaves_no_output_and_rerun_completes(
     tmp_path: Path, corpus: Corpus, fmt: str
