@@ -57,6 +57,7 @@ from throughput import PAD_TOKEN_ID, PeerDataset, Windows
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import streamload
+from streamload.nodes.chain import chunk_batches
 
 Batch = dict[str, torch.Tensor]
 
@@ -132,8 +133,9 @@ def open_case(case: Case, bench: Bench) -> tuple[Iterator[Batch], Callable[[], N
         num_workers=case.num_workers,
         options=options,
     )
-    # Batches per chunk: private, but the timed window must hold whole chunks (see above).
-    return iter(stream_loader), stream_loader.close, stream_loader._chunk_batches()
+    # Batches per chunk: the timed window must hold whole chunks (see above).
+    chunk = chunk_batches(stream_loader.stream, stream_loader.rank, stream_loader.options)
+    return iter(stream_loader), stream_loader.close, chunk
 
 
 def timed_window(args: argparse.Namespace, chunk: int) -> tuple[int, int]:

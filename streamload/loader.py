@@ -5,8 +5,11 @@ Example:
     >>> for step, batch in enumerate(loader):                              # doctest: +SKIP
     ...     state = loader.state_dict()   # after any delivered batch
 
-An evaluation loader (``split=``) walks one pass of a split, every sample once, and keeps the
-last global batch, its padding rows marked by ``batch["sample_mask"]``:
+An evaluation loader (``split=``) walks one pass of a split, every sample once (concat,
+packed, padded: each source's split in config order, ``num_samples`` and weights aside;
+megatron: Megatron's dataset of that split), in storage order unless ``shuffle=True``, and
+keeps the last global batch: its rows past the pass end are padding, marked ``sample_mask``
+false, ``sample_index`` -1, labels -100. Each further ``iter()`` walks the same pass again:
 
     >>> valid = build_loader("data.toml", batch_size=8, split="valid")  # doctest: +SKIP
     >>> for batch in valid:                                             # doctest: +SKIP
@@ -22,19 +25,18 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
-from torchdata.nodes import BaseNode, PinMemory
+from torchdata.nodes import BaseNode
 
 from streamload.config import DataConfig, load_config
 from streamload.config.loader_args import LoaderOptions, WorkerType, check_loader_args
 from streamload.distributed import ModelParallel, resolve_data_parallel
 from streamload.modes import build_stream, get_mode
-from streamload.nodes.map_stage import MapStage
+from streamload.nodes.chain import build_chain, shutdown_chain
 from streamload.nodes.map_workers import MapWorkers
-from streamload.nodes.materialize import Materialize, count_delivered_skips
+from streamload.nodes.materialize import count_delivered_skips
 from streamload.nodes.plan_chunks import PlanChunks
-from streamload.nodes.split_batches import SplitBatches
 from streamload.plan.partition import RankSpec
-from streamload.remote.stats import RemoteStats, worker_totals
+from streamload.remote.stats import sources_storage_stats
 from streamload.state import load_position, make_state
 from streamload.streams.cursor import check_step_resume
 from streamload.streams.evaluation import EvaluationStream, evaluation_config, evaluation_stream
@@ -51,10 +53,6 @@ __all__ = [
 ]
 
 Batch = dict[str, torch.Tensor]
-
-CHUNK_BYTES = 16 << 20
-"""Target size of one chunk of batches handed over by a worker (hand off big)."""
-MAX_CHUNK_BATCHES = 64
 
 
 class StreamLoader:
@@ -285,7 +283,7 @@ class StreamLoader:
             "in_step": self._cursor.in_step // self.rank.global_batch,
             "wait_seconds": self._wait,
             "ended_by": self._ended_by,
-            "storage": _storage_stats(self.stream),
+            "storage": sources_storage_stats(self.stream.sources),
         }
 
     def _steps(self) -> int:
@@ -297,92 +295,18 @@ class StreamLoader:
             return cursor.mixture.step
         return (cursor.sample - cursor.in_step) // self.step_batch
 
-    def _batch_bytes(self) -> int:
-        """Upper bound of one batch's tensors in bytes (inputs, labels, index, masks)."""
-        b, length = self.rank.batch_size, self.stream.seq_len
-        size = 16 * b * length + 17 * b  # input_ids, labels; sample_index, source_ids, mask
-        if self.stream.config.packing.compact:  # tokens of at most 4 bytes and label_mask
-            size = 5 * b * (length + 1) + 17 * b
-        if self.stream.config.packing.masks:
-            size += 16 * b * length + 4 * b * (length + 1) + 4 * b
-        layout = self.stream.layout
-        if layout.positions:  # position_ids; rows of their own (vsl: pieces of a slot)
-            rows = b * layout.rows_per_sample
-            size += 17 * rows + 8 * b * length + 4 * rows
-        return size + 64 * 8  # alignment of up to 8 tensors
-
-    def _chunk_bytes(self) -> int:
-        return self._chunk_batches() * self._batch_bytes() + 64 * 8
-
-    def _chunk_batches(self) -> int:
-        most = self.stream.layout.max_chunk_batches or MAX_CHUNK_BATCHES
-        if self.options.chunk_batches is not None:
-            return min(most, self.options.chunk_batches)
-        return max(1, min(most, CHUNK_BYTES // self._batch_bytes()))
-
     def _build_chain(self) -> BaseNode[Batch]:
-        plan = PlanChunks(
-            self.stream, self.rank, self._chunk_batches(), self._cursor, self._delivered
+        chain = build_chain(
+            self.stream, self.rank, self.num_workers, self.options, self._cursor, self._delivered
         )
-        self._planner = plan
-        work = Materialize(self.stream, count_skipped=True)
-        node: BaseNode[Any]
-        self._workers = None
-        if self.num_workers == 0:
-            node = MapStage(plan, work)
-        else:
-            node = self._workers = MapWorkers(
-                plan,
-                work,
-                num_workers=self.num_workers,
-                method=self.options.worker_type.value,
-                max_inflight=self.num_workers + self.options.prefetch,
-                mp_context=self.options.multiprocessing_context,
-                slot_bytes=self._chunk_bytes(),
-            )
-        node = SplitBatches(node)
-        if self.options.pin_memory and torch.cuda.is_available():
-            node = PinMemory(node)
-        node.reset(None)
-        return node
+        self._planner, self._workers = chain.planner, chain.workers
+        chain.root.reset(None)
+        return chain.root
 
     def _close(self) -> None:
         chain, self._chain = self._chain, None
         if chain is not None:
-            _shutdown(chain)
-
-
-def _storage_stats(stream: SampleStream) -> dict[str, Any]:
-    """Per remote source: the request, retry, fault and cache counters, and the shards and
-    samples skipped under ``on_error = "skip"`` (docs/remote.md), of this process plus what
-    its process workers reported with their results (thread workers count in this process;
-    skipped samples are counted here as their batches are delivered)."""
-    out: dict[str, Any] = {}
-    for source in stream.sources:
-        counters = source.shards.storage_stats()  # skipped shards included (catalog.py)
-        if counters is None:
-            continue
-        key = next(info.storage.key for info in source.shards.shards if info.is_remote)
-        workers = RemoteStats()  # a copy: summing must not change either side
-        workers.merge(counters)
-        workers.merge(worker_totals(key).snapshot())
-        out[source.name] = workers.snapshot()
-    return out
-
-
-def _shutdown(node: Any, depth: int = 0) -> None:
-    """Stop the worker threads/processes of a chain now, rather than at garbage collection.
-
-    torchdata keeps its workers in ``_it`` iterators (nested for ``ParallelMapper``); each has
-    ``_shutdown``. Stages link to their input through ``source``.
-    """
-    if node is None or depth > 32:
-        return
-    stop = getattr(node, "_shutdown", None)
-    if callable(stop):
-        stop()
-    _shutdown(getattr(node, "_it", None), depth + 1)
-    _shutdown(getattr(node, "source", None), depth + 1)
+            shutdown_chain(chain)
 
 
 def build_loader(
@@ -398,14 +322,8 @@ def build_loader(
     shuffle: bool | None = None,
     model_parallel: ModelParallel | Mapping[str, Any] | None = None,
 ) -> StreamLoader:
-    """Build this rank's loader from a config file, mapping or :class:`DataConfig`.
-
-    With ``split`` it is an **evaluation loader** over that split (docs/sampling.md,
-    "Evaluation"): one pass is every sample of the split once (concat, packed, padded: each
-    source's split in config order, ``num_samples`` and weights aside; megatron: Megatron's
-    dataset of that split), in storage order unless ``shuffle=True``, and the last global
-    batch is kept: its rows past the pass end are padding, marked ``sample_mask`` false,
-    ``sample_index`` -1, labels -100. Each further ``iter()`` walks the same pass again.
+    """Build this rank's loader from a config file, mapping or :class:`DataConfig`; with
+    ``split``, an evaluation loader (the module docstring; docs/sampling.md, "Evaluation").
 
     Args:
         config: TOML/YAML/JSON path, mapping, or DataConfig.

@@ -33,11 +33,7 @@ _RESTRUCTURE = "issue 30: being restructured by the lead"
 
 # Keys: ``path`` (a file over MAX_FILE_LINES), ``path::Qual.name`` (a function over
 # MAX_FUNCTION_LINES), ``folder/`` (a folder with an import cycle), paths relative to the repo.
-PENDING: dict[str, str] = {
-    "streamload/config/options.py": _RESTRUCTURE + " (a mode's options move into its folder)",
-    "streamload/loader.py": _RESTRUCTURE + " (the loader asks the mode, builds the exported chain)",
-    "streamload/loader.py::build_loader": _RESTRUCTURE + " (the loader builds the exported chain)",
-}
+PENDING: dict[str, str] = {}
 
 
 def _relative(path: Path) -> str:

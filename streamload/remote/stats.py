@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any
 
-__all__ = ["RemoteStats", "counter_delta", "worker_totals"]
+__all__ = ["RemoteStats", "counter_delta", "sources_storage_stats", "worker_totals"]
 
 
 class RemoteStats:
@@ -114,3 +114,21 @@ def worker_totals(key: str) -> RemoteStats:
         if stats is None:
             stats = _totals[key] = RemoteStats()
         return stats
+
+
+def sources_storage_stats(sources: Any) -> dict[str, Any]:
+    """Per remote source (a stream's sources): the request, retry, fault and cache counters,
+    and the shards and samples skipped under ``on_error = "skip"`` (docs/remote.md), of this
+    process plus what its process workers reported with their results (thread workers count
+    in this process; skipped samples are counted as their batches are delivered)."""
+    out: dict[str, Any] = {}
+    for source in sources:
+        counters = source.shards.storage_stats()  # skipped shards included (catalog.py)
+        if counters is None:
+            continue
+        key = next(info.storage.key for info in source.shards.shards if info.is_remote)
+        total = RemoteStats()  # a copy: summing must not change either side
+        total.merge(counters)
+        total.merge(worker_totals(key).snapshot())
+        out[source.name] = total.snapshot()
+    return out
