@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from streamload.config import load_config
 from streamload.errors import ConfigError
-from streamload.streams.interface import SampleStream
-from streamload.streams.vsl import VslStream
-from streamload.tools.report import batch_source_counts, mixture_report, split_report
-from streamload.tools.vsl_report import plot_curriculum, report_lines, vsl_report
+
+if TYPE_CHECKING:
+    from streamload.streams.interface import SampleStream
+    from streamload.streams.vsl import VslStream
 
 __all__ = ["add_parser", "run"]
 
@@ -37,6 +35,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; returns the exit code."""
+    from streamload.streams.interface import SampleStream
+    from streamload.streams.vsl import VslStream
+    from streamload.tools.report import mixture_report, split_report
+
     stream = SampleStream.from_config(load_config(args.config))
     if isinstance(stream, VslStream):
         return _run_vsl(stream, args)
@@ -107,6 +109,10 @@ def _print_split(name: str, info: dict[str, Any]) -> None:
 
 
 def _plot(stream: SampleStream, steps: int, path: str) -> None:
+    import numpy as np
+
+    from streamload.tools.report import batch_source_counts
+
     try:
         import matplotlib
 
@@ -131,6 +137,9 @@ def _plot(stream: SampleStream, steps: int, path: str) -> None:
 
 def _run_vsl(stream: VslStream, args: argparse.Namespace) -> int:
     """vsl mode: what one epoch holds per length and per curriculum segment."""
+    from streamload.tools.report import split_report
+    from streamload.tools.vsl_report import plot_curriculum, report_lines, vsl_report
+
     report: dict[str, Any] = {"vsl": vsl_report(stream)}
     splits = split_report(stream)
     if splits:

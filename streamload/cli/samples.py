@@ -19,17 +19,16 @@ step's own length: the output is a ``.npz`` with ``step_K`` (``[rows, L + 1]``) 
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from streamload.config import load_config
 from streamload.config.vsl import vsl_batch_size
 from streamload.errors import ConfigError
-from streamload.plan.partition import num_batches
-from streamload.streams.interface import SampleStream
-from streamload.streams.vsl import VslStream
-from streamload.tools.vsl_report import save_npz, step_arrays
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from streamload.streams.vsl import VslStream
 
 __all__ = ["add_parser", "rank_positions", "run"]
 
@@ -65,6 +64,10 @@ def rank_positions(
     ``k*B + r*b .. k*B + r*b + b - 1``; positions in the dropped partial last optimizer step
     of a pass (``grad_accum_steps`` global batches) are never delivered and are left out.
     """
+    import numpy as np
+
+    from streamload.plan.partition import num_batches
+
     if not 0 <= rank < world_size or batch_size < 1:
         raise ConfigError(f"--rank {rank} must be in [0, {world_size}) and --batch-size >= 1")
     global_batch = world_size * batch_size
@@ -80,6 +83,11 @@ def rank_positions(
 
 def run(args: argparse.Namespace) -> int:
     """Write the samples; returns the exit code."""
+    import numpy as np
+
+    from streamload.streams.interface import SampleStream
+    from streamload.streams.vsl import VslStream
+
     stream = SampleStream.from_config(load_config(args.config))
     if isinstance(stream, VslStream):
         return _run_vsl(stream, args)
@@ -107,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_vsl(stream: VslStream, args: argparse.Namespace) -> int:
     """vsl mode: steps ``[start, start + count)``, each its own length, into a ``.npz``."""
+    from streamload.tools.vsl_report import save_npz, step_arrays
+
     if (args.rank is None) != (args.world_size is None):
         raise ConfigError("--rank and --world-size go together")
     world, rank = args.world_size or 1, args.rank or 0

@@ -36,7 +36,7 @@ from streamload.formats.base import ShardInfo, TokenShard
 from streamload.formats.loss_mask import mask_shard
 from streamload.formats.registry import open_shard
 from streamload.ops.masks import starts_from_offsets
-from streamload.remote.store import RemoteObject, StorageHandle
+from streamload.remote.handle import RemoteObject, StorageHandle
 
 __all__ = ["MAX_OPEN_SHARDS", "ShardSet", "loss_mask_set", "skip_unreadable"]
 
