@@ -3,10 +3,12 @@
 Each command runs in a fresh interpreter and is timed from the parent (interpreter start,
 imports, the command, exit): ``streamload --help`` (as ``python -m streamload --help``, what
 the console script runs), ``streamload plan --help``, ``python -c "import streamload"`` and
-``python -c "import streamload.loader"``. With ``--before-ref REF`` the same commands also run
-on the package as committed at ``REF`` (extracted with ``git archive`` into a temporary
-folder), interleaved with this checkout's runs (command by command, before then after, one
-round per repeat), so both see the same load; the table shows the medians.
+``python -c "import streamload.loader"``; one more row times, inside a process that imported
+torch and torchdata already, what ``import streamload.loader`` adds. With ``--before-ref REF``
+the same commands also run on the package as committed at ``REF`` (extracted with ``git
+archive`` into a temporary folder), interleaved with this checkout's runs (command by command,
+before then after, one round per repeat), so both see the same load; the table shows the
+medians.
 
 Both trees have their bytecode written by an untimed first run of every command (so neither
 pays for compiling its sources; ``PYTHONDONTWRITEBYTECODE`` is dropped for the children).
@@ -31,13 +33,19 @@ from typing import Any
 from _common import BENCH_DIR, emit, median
 
 REPO = BENCH_DIR.parent
+_BEYOND_TORCH = (
+    "import time; import torch, torchdata.nodes; t = time.perf_counter(); "
+    "import streamload.loader; print(time.perf_counter() - t)"
+)
 COMMANDS = {
     "streamload --help": ["-m", "streamload", "--help"],
     "streamload plan --help": ["-m", "streamload", "plan", "--help"],
     'python -c "import streamload"': ["-c", "import streamload"],
     'python -c "import streamload.loader"': ["-c", "import streamload.loader"],
+    "import streamload.loader after torch, torchdata (in-process)": ["-c", _BEYOND_TORCH],
 }
-"""Row label → the interpreter's arguments."""
+"""Row label → the interpreter's arguments. The last row is timed inside the child (what
+streamload's own imports add to a process that has torch already): the seconds it prints."""
 
 
 def extract(ref: str, into: Path) -> Path:
@@ -52,7 +60,8 @@ def extract(ref: str, into: Path) -> Path:
 
 
 def time_once(tree: Path, argv: Sequence[str]) -> float:
-    """Seconds of one fresh ``python argv...`` that imports streamload from ``tree``.
+    """Seconds of one fresh ``python argv...`` that imports streamload from ``tree`` (the
+    seconds the child printed, when it printed a number).
 
     Raises:
         RuntimeError: the command failed.
@@ -66,6 +75,8 @@ def time_once(tree: Path, argv: Sequence[str]) -> float:
     seconds = time.perf_counter() - began
     if done.returncode != 0:
         raise RuntimeError(f"{argv} in {tree} failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    if argv[-1] == _BEYOND_TORCH:
+        return float(done.stdout.split()[-1])
     return seconds
 
 
@@ -128,8 +139,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows = measure(trees, args.repeats)
     notes = [
         f"Median (and worst) of {args.repeats} fresh processes per cell, timed from the parent: "
-        "interpreter start, imports, the command, exit. Runs interleaved command by command, "
-        "before then after, one round per repeat; bytecode written by an untimed first run.",
+        "interpreter start, imports, the command, exit (the in-process row: from after "
+        "`import torch, torchdata.nodes` to after `import streamload.loader`). Runs "
+        "interleaved command by command, before then after, one round per repeat; bytecode "
+        "written by an untimed first run.",
         f"before = streamload as committed at {args.before_ref or '-'}; after = this checkout "
         "(its commit in the machine line).",
     ]
