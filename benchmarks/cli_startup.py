@@ -133,6 +133,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    # "after" is this checkout: the machine line names its commit, not an installed copy
+    sys.path.insert(0, str(REPO))
     with tempfile.TemporaryDirectory(prefix="streamload-cli-startup-") as tmp:
         trees = {"before": extract(args.before_ref, Path(tmp))} if args.before_ref else {}
         trees["after"] = REPO
