@@ -29,7 +29,7 @@ def catalog_from_args(
 ) -> SourceCatalog:
     """Describe the shards named on the command line (listing and headers only)."""
     # Imported when a command runs, as in every subcommand: building the parser (`--help`)
-    # needs argparse alone (docs/design.md, "The command line").
+    # needs argparse alone (docs/design.md, the `cli/` row).
     from streamload.catalog.sources import describe_source
 
     source = SourceConfig(

@@ -1,6 +1,6 @@
 """The command line starts at once: parsing (``--help`` of the command and of every
 subcommand, ``--version``) imports neither torch nor numpy nor fsspec; each command imports
-what it drives only when it runs (docs/design.md, "The command line").
+what it drives only when it runs (docs/design.md, the `cli/` row).
 
 Each check runs in a fresh interpreter: this test process has long imported all of them.
 """
