@@ -20,8 +20,6 @@ import contextlib
 import posixpath
 from typing import Any, NamedTuple
 
-import fsspec
-
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
@@ -81,6 +79,8 @@ def source_filesystem(
     Raises:
         ConfigError: entries use different protocols, or fsspec cannot open the protocol.
     """
+    import fsspec  # ~90 ms (it imports asyncio and ssl): only when a source is listed
+
     protocol = fsspec.core.split_protocol(source.paths[0])[0] or "file"
     options = dict(source.storage_options)
     if storage is not None:

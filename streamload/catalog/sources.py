@@ -37,8 +37,8 @@ from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, RemoteReadError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
 from streamload.formats.sniff import describe_shard, folder_dtype
+from streamload.remote.handle import StorageHandle
 from streamload.remote.retry import retrying
-from streamload.remote.store import StorageHandle
 
 __all__ = ["SourceCatalog", "describe_source", "describe_sources", "storage_handle"]
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
-from streamload.formats.base import TokenShard
-from streamload.formats.registry import open_shard
+
+if TYPE_CHECKING:
+    from streamload.catalog.sources import SourceCatalog
+    from streamload.formats.base import TokenShard
 
 __all__ = ["add_data_arguments", "catalog_from_args", "open_all"]
 
@@ -27,6 +28,10 @@ def catalog_from_args(
     args: argparse.Namespace, vocab_size: int | None = None, eos_token_id: int | None = None
 ) -> SourceCatalog:
     """Describe the shards named on the command line (listing and headers only)."""
+    # Imported when a command runs, as in every subcommand: building the parser (`--help`)
+    # needs argparse alone (docs/design.md, the `cli/` row).
+    from streamload.catalog.sources import describe_source
+
     source = SourceConfig(
         name="cli", path=tuple(args.paths), format=args.format, dtype=args.dtype,
         column=getattr(args, "column", None),
@@ -36,4 +41,6 @@ def catalog_from_args(
 
 def open_all(catalog: SourceCatalog) -> list[TokenShard]:
     """Open every shard of a catalog."""
+    from streamload.formats.registry import open_shard
+
     return [open_shard(info) for info in catalog.shards]

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamload.cli._common import catalog_from_args
 from streamload.cli._progress import Progress
-from streamload.tools.convert import TARGETS, ConvertStats, convert, open_output, parse_dtype
-from streamload.tools.convert_targets import WriteOptions, parse_size
+from streamload.tools.convert_names import TARGETS
+
+if TYPE_CHECKING:
+    from streamload.tools.convert import ConvertStats
+    from streamload.tools.convert_targets import WriteOptions
 
 __all__ = ["add_mask_arguments", "add_parser", "add_target_arguments", "run", "summary",
            "write_options"]  # fmt: skip
@@ -86,6 +89,7 @@ def add_mask_arguments(parser: Any) -> None:
 
 def write_options(args: argparse.Namespace) -> WriteOptions:
     """The target options of the command line (sizes parsed)."""
+    from streamload.tools.convert_targets import WriteOptions, parse_size
 
     def size(value: str | None, flag: str) -> int | None:
         return None if value is None else parse_size(value, flag)
@@ -101,6 +105,8 @@ def write_options(args: argparse.Namespace) -> WriteOptions:
 
 def run(args: argparse.Namespace) -> int:
     """Convert; returns the exit code."""
+    from streamload.tools.convert import convert, open_output, parse_dtype
+
     dtype = parse_dtype(args.dtype) if args.dtype else None
     options = write_options(args)
     source = argparse.Namespace(paths=[args.src], format=args.format, dtype=args.source_dtype)

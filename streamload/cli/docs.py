@@ -17,12 +17,6 @@ from typing import Any
 
 from streamload.cli._common import add_data_arguments, catalog_from_args, open_all
 from streamload.errors import ConfigError
-from streamload.tools.documents import (
-    document_bounds,
-    document_metadata,
-    iter_documents,
-    short_value,
-)
 
 __all__ = ["add_parser", "run"]
 
@@ -50,6 +44,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the documents; returns the exit code."""
+    from streamload.tools.documents import document_bounds, iter_documents
+
     if args.start < 0 or args.count < 0:
         raise ConfigError(f"--start {args.start} and --count {args.count} must be >= 0")
     catalog = catalog_from_args(args)
@@ -76,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _metadata(shard: Any, index: int, id_column: str | None) -> dict[str, Any] | None:
     """Document ``index``'s metadata, ``None`` when the format records none or it is empty."""
+    from streamload.tools.documents import document_metadata
+
     return document_metadata(shard, index, id_column) or None
 
 
@@ -83,6 +81,8 @@ def _print(
     docs: list[list[int]], fields: list[dict[str, Any] | None], args: argparse.Namespace
 ) -> None:
     """The documents (and their metadata, where any has some) as text or JSON."""
+    from streamload.tools.documents import short_value
+
     if args.json:
         report: dict[str, Any] = {"documents": docs}
         if any(fields):

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from streamload.cli._common import add_data_arguments, catalog_from_args, open_all
 from streamload.errors import ConfigError
-from streamload.formats.registry import get_format
-from streamload.tools.documents import count_documents
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["add_parser", "length_histogram", "run"]
 
@@ -65,6 +64,8 @@ def eos_of(args: argparse.Namespace) -> int | None:
 
 def length_histogram(lengths: np.ndarray) -> list[tuple[int, int, int]]:
     """(low, high, count) of document lengths in power-of-two bins (``[0, 1)``, ``[1, 2)``…)."""
+    import numpy as np
+
     if lengths.size == 0:
         return []
     bins = np.zeros(lengths.shape, dtype=np.int64)
@@ -80,6 +81,11 @@ def length_histogram(lengths: np.ndarray) -> list[tuple[int, int, int]]:
 
 def run(args: argparse.Namespace) -> int:
     """Print the description; returns the exit code."""
+    import numpy as np
+
+    from streamload.formats.registry import get_format
+    from streamload.tools.documents import count_documents
+
     eos = eos_of(args)
     catalog = catalog_from_args(args, eos_token_id=eos)
     shards, lengths, unindexed, counted = [], [], set(), False
@@ -156,6 +162,8 @@ def _print_table(report: dict[str, Any], lengths: np.ndarray) -> None:
 
 
 def _plot(lengths: np.ndarray, path: str) -> None:
+    import numpy as np
+
     try:
         import matplotlib
 

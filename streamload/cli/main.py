@@ -2,6 +2,11 @@
 
 Every subcommand exits 0 on success and 2 with a one-line reason on bad input
 (a :class:`~streamload.errors.StreamloadError`).
+
+Building the parser imports each subcommand module, which imports only argparse-level
+modules at its top; the library it drives (torch, numpy, the formats, the streams) is imported
+inside its ``run``, so ``streamload --help``, ``streamload X --help`` and ``--version`` start
+at once (a test checks that parsing imports no torch).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from streamload import __version__
 from streamload.cli import (
     convert,
     demo,
@@ -48,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streamload", description="Deterministic, exactly resumable token data loading."
     )
+    parser.add_argument("--version", action="version", version=f"streamload {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in _COMMANDS:
         command.add_parser(sub)

@@ -15,15 +15,16 @@ merged mask; inputs of which only some have one are refused unless ``--assume-tr
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from streamload.catalog.sources import SourceCatalog
 from streamload.cli._common import catalog_from_args
 from streamload.cli._progress import Progress
 from streamload.cli.convert import add_mask_arguments, add_target_arguments, write_options
 from streamload.errors import ConfigError
-from streamload.tools.convert import TARGETS, convert, open_output
-from streamload.tools.masks import merge_megatron_with_masks, wants_masks
+from streamload.tools.convert_names import TARGETS
+
+if TYPE_CHECKING:
+    from streamload.catalog.sources import SourceCatalog
 
 __all__ = ["add_parser", "run"]
 
@@ -47,6 +48,10 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Merge; returns the exit code."""
+    from streamload.catalog.sources import SourceCatalog
+    from streamload.tools.convert import convert, open_output
+    from streamload.tools.masks import merge_megatron_with_masks, wants_masks
+
     # Each input is described on its own: merging a dataset with itself is legitimate.
     parts = [
         catalog_from_args(argparse.Namespace(paths=[p], format=args.format, dtype=args.dtype))

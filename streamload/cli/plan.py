@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from streamload.config import load_config
 from streamload.errors import ConfigError
-from streamload.modes import ModeSpec, build_stream, get_mode
-from streamload.streams.interface import SampleStream
-from streamload.tools.report import batch_source_counts, mixture_report, split_report
+from streamload.modes import ModeSpec, get_mode
+
+if TYPE_CHECKING:  # the streams and reports load when the command runs, not for --help
+    from streamload.streams.interface import SampleStream
 
 __all__ = ["add_parser", "run"]
 
@@ -36,6 +35,9 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; returns the exit code."""
+    from streamload.modes import build_stream
+    from streamload.tools.report import mixture_report, split_report
+
     stream = build_stream(load_config(args.config))
     mode = get_mode(stream.config.sampling.mode_name)
     # the stream's shape, what the mode adds (packed/padded: an epoch of each source; vsl:
@@ -140,6 +142,10 @@ def _plot(stream: SampleStream, steps: int, path: str) -> None:
     except ImportError:
         print("--plot needs matplotlib: pip install 'streamload[plot]'")
         return
+    import numpy as np
+
+    from streamload.tools.report import batch_source_counts
+
     counts = batch_source_counts(stream, steps)
     shares = np.cumsum(counts, axis=0) / np.cumsum(counts.sum(axis=1))[:, None]
     fig, ax = plt.subplots(figsize=(7, 4))

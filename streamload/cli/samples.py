@@ -19,15 +19,16 @@ step's own length: the output is a ``.npz`` with ``step_K`` (``[rows, L + 1]``) 
 from __future__ import annotations
 
 import argparse
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from streamload.config import load_config
 from streamload.errors import ConfigError
-from streamload.modes import SamplesRequest, build_stream, get_mode
-from streamload.plan.partition import num_batches
-from streamload.streams.interface import SampleStream
+from streamload.modes import SamplesRequest, get_mode
+
+if TYPE_CHECKING:  # numpy and the streams load when the command runs, not for --help
+    import numpy as np
+
+    from streamload.streams.interface import SampleStream
 
 __all__ = ["add_parser", "rank_positions", "run", "write_rows"]
 
@@ -63,6 +64,10 @@ def rank_positions(
     ``k*B + r*b .. k*B + r*b + b - 1``; positions in the dropped partial last optimizer step
     of a pass (``grad_accum_steps`` global batches) are never delivered and are left out.
     """
+    import numpy as np
+
+    from streamload.plan.partition import num_batches
+
     if not 0 <= rank < world_size or batch_size < 1:
         raise ConfigError(f"--rank {rank} must be in [0, {world_size}) and --batch-size >= 1")
     global_batch = world_size * batch_size
@@ -78,6 +83,8 @@ def rank_positions(
 
 def run(args: argparse.Namespace) -> int:
     """Write the samples; returns the exit code."""
+    from streamload.modes import build_stream
+
     stream = build_stream(load_config(args.config))
     request = SamplesRequest(
         args.epoch, args.start, args.count, args.rank, args.world_size, args.batch_size, args.out
@@ -94,6 +101,8 @@ def write_rows(stream: SampleStream, request: SamplesRequest) -> str:
     Raises:
         ConfigError: a range outside the pass, or rank arguments that do not go together.
     """
+    import numpy as np
+
     length = stream.pass_length
     start, count = request.start, request.count
     if start < 0 or count < 0 or (length is not None and start + count > length):

@@ -16,10 +16,6 @@ from typing import Any
 
 from streamload.config import load_config
 from streamload.errors import ConfigError
-from streamload.streams.interface import SampleStream
-from streamload.tools.show import StepRequest, load_step, parse_batch_sizes
-from streamload.tools.show_report import describe_step, load_decoder
-from streamload.tools.show_text import format_step
 
 __all__ = ["add_parser", "run"]
 
@@ -55,6 +51,11 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the step; returns the exit code."""
+    from streamload.streams.interface import SampleStream
+    from streamload.tools.show import StepRequest, load_step, parse_batch_sizes
+    from streamload.tools.show_report import describe_step, load_decoder
+    from streamload.tools.show_text import format_step
+
     if args.max_tokens < 0:
         raise ConfigError(f"--max-tokens {args.max_tokens} must be >= 0")
     request = StepRequest(

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from streamload.catalog.sources import SourceCatalog
 from streamload.cli._common import add_data_arguments, catalog_from_args
 from streamload.errors import FormatError
-from streamload.formats.registry import get_format, open_shard
-from streamload.tools.documents import scan_tokens
-from streamload.tools.masks import check_mask
+
+if TYPE_CHECKING:
+    from streamload.catalog.sources import SourceCatalog
 
 __all__ = ["ZERO_TAIL_WARN", "add_parser", "run", "sources_block"]
 
@@ -40,6 +37,8 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate; returns 0 when sound, 1 with problems."""
+    from streamload.tools.masks import check_mask
+
     try:
         catalog = catalog_from_args(args, args.vocab_size, args.eos)
     except FormatError as exc:
@@ -61,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_tokens(info: Any, vocab_size: int | None, eos: int | None) -> list[str]:
+    from streamload.formats.registry import get_format, open_shard
+    from streamload.tools.documents import scan_tokens
+
     stats = scan_tokens(open_shard(info), eos)
     found = []
     if stats.min_id is not None and stats.min_id < 0:
@@ -80,6 +82,8 @@ def _check_tokens(info: Any, vocab_size: int | None, eos: int | None) -> list[st
 
 def sources_block(catalog: SourceCatalog, args: argparse.Namespace) -> str:
     """The ``[[sources]]`` TOML block (and top-level hints) that reads this data."""
+    import numpy as np
+
     formats = sorted({s.format for s in catalog.shards})
     dtypes = sorted({np.dtype(s.dtype).name for s in catalog.shards})
     name = os.path.basename(os.path.normpath(args.paths[0])) or "data"

@@ -24,6 +24,7 @@ reported for 21 delivered, issue 22).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,7 +32,6 @@ import numpy as np
 import torch
 
 from streamload.remote.stats import counter_delta, worker_totals
-from streamload.remote.store import RemoteStore
 from streamload.streams.chunks import TokenChunk
 
 __all__ = [
@@ -53,7 +53,10 @@ _reported_pid = os.getpid()
 def take_storage_deltas() -> dict[str, dict[str, Any]] | None:
     """In a worker process: per storage key, what its counters gained since the last call."""
     global _reported, _reported_pid
-    stores = RemoteStore.all_stores()
+    # A process that read nothing remote never imported the store (nor fsspec's async stack);
+    # looking it up instead of importing it keeps local workers free of both.
+    store_module = sys.modules.get("streamload.remote.store")
+    stores = store_module.RemoteStore.all_stores() if store_module is not None else []
     if not stores:
         return None
     if _reported_pid != os.getpid():  # a forked worker inherits nothing it has to report

@@ -14,12 +14,44 @@
 * :mod:`~streamload.remote.stats` — counters reported by ``loader.stats()["storage"]``.
 """
 
-from streamload.errors import RemoteReadError, RemoteStallError
-from streamload.remote.array import RemoteFile, RemoteTokens
-from streamload.remote.block_cache import DiskBlockCache
-from streamload.remote.fetch import RangeFetcher
-from streamload.remote.stats import RemoteStats
-from streamload.remote.store import RemoteObject, RemoteStore, StorageHandle
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamload.errors import RemoteReadError, RemoteStallError
+    from streamload.remote.array import RemoteFile, RemoteTokens
+    from streamload.remote.block_cache import DiskBlockCache
+    from streamload.remote.fetch import RangeFetcher
+    from streamload.remote.stats import RemoteStats
+    from streamload.remote.store import RemoteObject, RemoteStore, StorageHandle
+
+# The store pulls in fsspec's async machinery (asyncio, ssl), numpy and a fork hook; local data
+# never needs it, so these names load on first use and `from streamload.remote.stats import ...`
+# (the loader's counters) does not drag the store in through this package.
+_LAZY = {
+    "DiskBlockCache": "streamload.remote.block_cache",
+    "RangeFetcher": "streamload.remote.fetch",
+    "RemoteFile": "streamload.remote.array",
+    "RemoteObject": "streamload.remote.handle",
+    "RemoteReadError": "streamload.errors",
+    "RemoteStallError": "streamload.errors",
+    "RemoteStats": "streamload.remote.stats",
+    "RemoteStore": "streamload.remote.store",
+    "RemoteTokens": "streamload.remote.array",
+    "StorageHandle": "streamload.remote.handle",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamload.remote' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DiskBlockCache",

@@ -9,9 +9,38 @@ file rolling through the format writers), :mod:`.markers` (resume bookkeeping),
 :mod:`streamload.util.lifeline`, summary).
 """
 
-from streamload.formats.encoder import DocumentEncoder
-from streamload.tokenize.config import OutputFormat, TokenizeConfig
-from streamload.tokenize.run import RunPlan, RunSummary, plan_run, run_plan, tokenize
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamload.formats.encoder import DocumentEncoder
+    from streamload.tokenize.config import OutputFormat, TokenizeConfig
+    from streamload.tokenize.run import RunPlan, RunSummary, plan_run, run_plan, tokenize
+
+# The run imports the format writers and numpy; the CLI's parser needs only the options
+# (`tokenize.config`), so these names load on first use.
+_LAZY = {
+    "DocumentEncoder": "streamload.formats.encoder",
+    "OutputFormat": "streamload.tokenize.config",
+    "RunPlan": "streamload.tokenize.run",
+    "RunSummary": "streamload.tokenize.run",
+    "TokenizeConfig": "streamload.tokenize.config",
+    "plan_run": "streamload.tokenize.run",
+    "run_plan": "streamload.tokenize.run",
+    "tokenize": "streamload.tokenize.run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'streamload.tokenize' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DocumentEncoder",

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fsspec
-
 from streamload.config.checks import check_bool, check_int, check_keys, check_path, to_enum
 from streamload.config.data import read_config_file
 from streamload.errors import ConfigError
@@ -277,6 +275,8 @@ def local_folder(value: Any, field_name: str) -> str:
     Raises:
         ConfigError: not a path, or a URL of another protocol.
     """
+    import fsspec  # ~90 ms (asyncio, ssl): not for the CLI's parser, which imports this module
+
     check_path(value, field_name)
     protocol, path = fsspec.core.split_protocol(value)
     if protocol not in (None, "file", "local"):

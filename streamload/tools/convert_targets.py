@@ -37,6 +37,7 @@ from streamload.errors import ConfigError
 from streamload.formats.base import DocumentWriter
 from streamload.formats.dolma import CSV_SUFFIX
 from streamload.formats.mask_names import mask_path_for
+from streamload.tools.convert_names import TARGETS
 
 __all__ = [
     "FOLDER_TARGETS",
@@ -52,11 +53,6 @@ __all__ = [
     "parse_size",
     "replace_options",
 ]
-
-TARGETS = (
-    "megatron", "modalities", "dolma", "numpy", "datatrove", "parquet", "arrow", "mds", "litdata"
-)  # fmt: skip
-"""Formats ``streamload convert`` writes."""
 
 SUFFIXES = {"modalities": ".pbin", "dolma": ".npy", "datatrove": ".ds", "parquet": ".parquet"}
 """The suffix a single-file target's name must end in (readers recognise the format by it)."""
