@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from streamload.formats.jsonl_index import create_raw_index, read_raw_index
+from streamload.formats.jsonl.index import create_raw_index, read_raw_index
 
 __all__ = ["add_parser", "run"]
 
