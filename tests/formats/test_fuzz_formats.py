@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamload.formats.datatrove.datatrove import DatatroveWriter
-from streamload.formats.dolma.dolma import DolmaWriter
-from streamload.formats.jsonl.jsonl import prepare_jsonl
-from streamload.formats.megatron.megatron import MegatronWriter
-from streamload.formats.modalities.modalities import HEADER_SIZE, ModalitiesWriter
+from streamload.formats.datatrove import DatatroveWriter
+from streamload.formats.dolma import DolmaWriter
+from streamload.formats.jsonl import prepare_jsonl
+from streamload.formats.megatron import MegatronWriter
+from streamload.formats.modalities import HEADER_SIZE, ModalitiesWriter
 from tests.formats.fuzzing import Target, read_everything, run_cases
 from tests.helpers.paths import TESTS
 from tests.helpers.tokenizer import train_bpe
