@@ -36,7 +36,7 @@ import numpy as np
 from _common import add_common_args, bench_config, emit, ensure_corpus, int_list, median
 
 import streamload
-from streamload.formats.parquet import ParquetWriter
+from streamload.formats.arrow.parquet import ParquetWriter
 
 SAVE_TO_DISK_ROWS = 1000
 """Rows per record batch ``datasets`` writes (its ``DEFAULT_MAX_BATCH_SIZE``)."""

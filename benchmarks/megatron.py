@@ -136,7 +136,7 @@ def megatron_core_build(
 
 
 def first_batch_rows(folder: Path, docs: int, seq_len: int) -> list[dict[str, Any]]:
-    from streamload.formats.megatron import MegatronWriter
+    from streamload.formats.megatron.megatron import MegatronWriter
 
     lengths = lengths_of(docs)
     prefix = folder / "bench_text_document"

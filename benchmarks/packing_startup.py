@@ -61,7 +61,7 @@ print(json.dumps({"seconds": seconds, "rss_mib": resource.getrusage(resource.RUS
 
 def write_dataset(folder: Path, docs: int) -> tuple[Path, np.ndarray]:
     """A Megatron dataset of ``docs`` documents: a real ``.idx``, a sparse ``.bin``."""
-    from streamload.formats._megatron_index import write_index
+    from streamload.formats.megatron._index import write_index
 
     lengths = lengths_of(docs)
     (folder / "data").mkdir()  # alone: a file written beside the shards re-keys their catalog

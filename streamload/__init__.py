@@ -116,6 +116,18 @@ _MOVED = {
     "streamload.streams.vsl_plan": "streamload.modes.vsl.plan_cache",
     "streamload.streams.vsl_source": "streamload.modes.vsl.source",
     "streamload.tools.vsl_report": "streamload.modes.vsl.report",
+    # issue 30: formats/ by family (a family named as its old module re-exports its names)
+    "streamload.formats.arrow_columns": "streamload.formats.arrow.columns",
+    "streamload.formats.arrow_folder": "streamload.formats.arrow.folder",
+    "streamload.formats.arrow_masks": "streamload.formats.arrow.masks",
+    "streamload.formats.jsonl_index": "streamload.formats.jsonl.index",
+    "streamload.formats.mds_write": "streamload.formats.mds.write",
+    "streamload.formats.npy": "streamload.formats.numpy.npy",
+    "streamload.formats.numpy_folder": "streamload.formats.numpy.folder",
+    "streamload.formats.parquet": "streamload.formats.arrow.parquet",
+    "streamload.formats.parquet_folder": "streamload.formats.arrow.parquet_folder",
+    "streamload.formats.raw": "streamload.formats.numpy.raw",
+    "streamload.formats.save_to_disk": "streamload.formats.arrow.save_to_disk",
 }
 """Module paths of releases before the layered layout (docs/design.md §2) → where they live
 now. Importing an old path gives the new module, with a ``DeprecationWarning``."""

@@ -8,7 +8,7 @@ KempnerForge does (``tokenized_10.bin`` sorts before ``tokenized_2.bin``); hidde
 here, never token data.
 
 Folders that record their own order are listed in it instead: a ``save_to_disk`` folder by
-its ``state.json`` (:mod:`streamload.formats.save_to_disk`), an MDS or LitData folder by its
+its ``state.json`` (:mod:`streamload.formats.arrow.save_to_disk`), an MDS or LitData folder by its
 ``index.json`` (:mod:`streamload.formats.index_json`: ``chunk-0-2.bin`` before
 ``chunk-0-10.bin``, MDS shards of 0 samples left out). A glob's matches in such a folder keep
 their slots in the sorted matches and take the index's order among themselves.
@@ -23,7 +23,15 @@ from typing import Any, NamedTuple
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
-from streamload.formats.arrow_columns import column_name
+from streamload.formats.arrow.columns import column_name
+from streamload.formats.arrow.save_to_disk import (
+    INFO_FILE,
+    STATE_FILE,
+    check_data_files,
+    check_token_feature,
+    data_files,
+    is_cache_file,
+)
 from streamload.formats.base import ListedFile
 from streamload.formats.index_json import (
     INDEX_NAME,
@@ -33,14 +41,6 @@ from streamload.formats.index_json import (
     order_by_index,
 )
 from streamload.formats.mask_names import is_mask_name
-from streamload.formats.save_to_disk import (
-    INFO_FILE,
-    STATE_FILE,
-    check_data_files,
-    check_token_feature,
-    data_files,
-    is_cache_file,
-)
 from streamload.remote.clients import client_options, limit_client_retries
 from streamload.remote.retry import retrying
 from streamload.remote.versions import object_version
@@ -221,7 +221,7 @@ def _save_to_disk_order(
     fs: Any, folder: str, listed: list[dict[str, Any]], files: list[dict[str, Any]], column: str
 ) -> list[dict[str, Any]]:
     """``files`` of a folder, in the order its ``state.json`` lists its Arrow files when it
-    has one beside them (:mod:`streamload.formats.save_to_disk`: the files checked, the
+    has one beside them (:mod:`streamload.formats.arrow.save_to_disk`: the files checked, the
     token column's feature too)."""
     names = {posixpath.basename(i["name"]): i for i in listed}
     arrows = {posixpath.basename(i["name"]): i for i in files if i["name"].endswith(".arrow")}

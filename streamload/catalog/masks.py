@@ -11,7 +11,7 @@
   entry sorted) and paired in that order with the source's listed shards, one each.
 
 Arrow and Parquet shards may hold their mask as a column of the token file
-(:mod:`streamload.formats.arrow_masks`): the source's ``mask_column`` (required in every
+(:mod:`streamload.formats.arrow.masks`): the source's ``mask_column`` (required in every
 such file), else with ``"auto"`` a column named ``loss_mask`` or ``labels_mask`` where a file
 has one and no mask file lies beside it (both is refused: say which with ``mask_column`` or
 ``label_masks``). The column is chosen from the column types describing recorded, so it
@@ -36,7 +36,7 @@ from streamload.catalog.listing import Siblings, list_entries, source_url
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, FormatError
-from streamload.formats.arrow_masks import pick_mask_column
+from streamload.formats.arrow.masks import pick_mask_column
 from streamload.formats.base import ListedFile, ShardInfo
 from streamload.formats.mask_names import mask_conventions
 

@@ -21,7 +21,7 @@ def add_parser(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the index; returns the exit code."""
-    from streamload.formats.jsonl_index import create_raw_index, read_raw_index
+    from streamload.formats.jsonl.index import create_raw_index, read_raw_index
 
     path = create_raw_index(
         args.jsonl, args.index_path, drop_faulty_entries=args.drop_faulty_entries

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
             paths = merge_megatron_with_masks(catalog.shards, args.dst)
             print(f"merged {len(catalog.shards)} Megatron datasets: {', '.join(paths)}")
             return 0
-        from streamload.formats.megatron import merge_megatron
+        from streamload.formats.megatron.megatron import merge_megatron
 
         merge_megatron([s.path for s in catalog.shards], args.dst)
         print(f"merged {len(catalog.shards)} Megatron datasets into {args.dst}")

@@ -117,7 +117,7 @@ def config_from_args(args: argparse.Namespace) -> TokenizeConfig:
 def _prepare_jsonl(data: dict[str, Any], dryrun: bool = False) -> int:
     """``--format jsonl``: index and measure each input for a ``format = "jsonl"`` source
     (``dryrun``: only name the files it would prepare)."""
-    from streamload.formats.jsonl import prepare_jsonl
+    from streamload.formats.jsonl.jsonl import prepare_jsonl
     from streamload.tokenize.inputs import expand_documents
 
     check_jsonl_options(data)

@@ -96,7 +96,7 @@ class ReadOptions:
             own record decides).
         eos_token_id: The config's ``eos_token_id`` (top level): a tatm file's trailing
             zero that is this EOS ending the last document is a token, not padding
-            (:mod:`streamload.formats.raw`).
+            (:mod:`streamload.formats.numpy.raw`).
         column: The source's ``column`` (Arrow, Parquet, MDS: the token column; ``None``:
             the format's default).
         cache_root: The source's disk cache folder (``[storage]``; ``None``: the default),

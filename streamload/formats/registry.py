@@ -21,11 +21,12 @@ __all__ = [
 ]
 
 _MODULES = (
-    "megatron", "modalities", "datatrove", "dolma", "mds", "litdata", "arrow", "parquet",
-    "jsonl", "npy", "raw",
+    "megatron.megatron", "modalities.modalities", "datatrove.datatrove", "dolma.dolma",
+    "mds.mds", "litdata.litdata", "arrow.arrow", "arrow.parquet", "jsonl.jsonl", "numpy.npy",
+    "numpy.raw",
 )  # fmt: skip
-"""Format modules in sniffing order; each exposes ``FORMAT``, its ``ShardFormatSpec`` (a
-module not yet written is left out)."""
+"""Format modules in sniffing order, as ``family.module`` under :mod:`streamload.formats`;
+each exposes ``FORMAT``, its ``ShardFormatSpec`` (a module not yet written is left out)."""
 
 _OPEN_ONLY = ("loss_mask",)
 """Modules of what is opened like a shard but never sniffed, listed or configured (a token

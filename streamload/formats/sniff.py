@@ -7,8 +7,8 @@ from typing import Any
 
 from streamload.errors import FormatError
 from streamload.formats.base import SNIFF_BYTES, ListedFile, ReadOptions, ShardInfo, open_head
-from streamload.formats.raw import TATM_METADATA, tatm_dtype
 from streamload.formats.registry import get_format, sniff_format
+from streamload.formats.tatm_metadata import TATM_METADATA, tatm_dtype
 
 __all__ = ["MAX_METADATA_BYTES", "describe_shard", "folder_dtype"]
 

@@ -62,7 +62,7 @@ def _default_dtype(fmt: OutputFormat, vocab_size: int) -> np.dtype:
     if fmt is OutputFormat.MEGATRON:  # megatron-core DType.optimal_dtype
         return np.dtype(np.uint16 if vocab_size < 65500 else np.int32)
     if fmt is OutputFormat.MODALITIES:
-        from streamload.formats.modalities import token_size_for_vocab
+        from streamload.formats.modalities.modalities import token_size_for_vocab
 
         return np.dtype({1: np.uint8, 2: np.uint16, 4: np.uint32}[token_size_for_vocab(vocab_size)])
     if fmt is OutputFormat.DATATROVE:
@@ -110,7 +110,7 @@ def choose_dtype(
             f"--dtype {chosen.name} does not fit"
         )
     if fmt is OutputFormat.MEGATRON:
-        from streamload.formats.megatron import code_of_dtype
+        from streamload.formats.megatron.megatron import code_of_dtype
 
         code_of_dtype(chosen)
     return chosen
@@ -174,24 +174,24 @@ class PartWriter:
             token = name + PART_SUFFIXES[fmt][0]
             self._mask = LossMaskWriter(os.path.join(self.folder, mask_name_for(token)))
         if fmt is OutputFormat.DOLMA:
-            from streamload.formats.dolma import DolmaWriter
+            from streamload.formats.dolma.dolma import DolmaWriter
 
             return DolmaWriter(name + ".npy", dtype, mtime=0)  # fixed gzip time: same bytes
         if fmt is OutputFormat.MEGATRON:
-            from streamload.formats.megatron import MegatronWriter
+            from streamload.formats.megatron.megatron import MegatronWriter
 
             return MegatronWriter(name, dtype)
         if fmt is OutputFormat.MODALITIES:
-            from streamload.formats.modalities import ModalitiesWriter
+            from streamload.formats.modalities.modalities import ModalitiesWriter
 
             return ModalitiesWriter(name + ".pbin", dtype.itemsize)
         if fmt is OutputFormat.DATATROVE:
-            from streamload.formats.datatrove import DatatroveWriter
+            from streamload.formats.datatrove.datatrove import DatatroveWriter
 
             return DatatroveWriter(
                 name + ".ds", self.tokenizer_name, dtype.itemsize, save_loss_metadata=self.masks
             )
-        from streamload.formats.numpy_folder import NumpyShardWriter
+        from streamload.formats.numpy.folder import NumpyShardWriter
 
         # one shard per part (the part rolls before the shard limit): renamed at close. The
         # prefix is a file name: the folder is the writer's own argument, given once.

@@ -11,11 +11,11 @@ Destination rules (every target; :mod:`streamload.tools.convert` publishes the e
   renamed; an existing folder receives the format's default name;
 * ``parquet``: a file ending in ``.parquet``, or a folder (one that exists, a path ending in
   ``/``, or a name without a suffix) of Hub-sized files ``train-00000-of-0000N.parquet``
-  (:mod:`streamload.formats.parquet_folder`); a name with another suffix is refused;
+  (:mod:`streamload.formats.arrow.parquet_folder`); a name with another suffix is refused;
 * ``numpy``, ``mds``, ``litdata``, ``arrow``: a folder (``shard_00000.npy``…; ``index.json`` +
   ``shard.00000.mds``…; ``index.json`` + ``chunk-0-0.bin``…; a ``datasets.save_to_disk``
   folder, ``data-00000-of-0000N.arrow`` + ``dataset_info.json`` + ``state.json``,
-  :mod:`streamload.formats.arrow_folder`);
+  :mod:`streamload.formats.arrow.folder`);
 * a folder output must not exist, or be empty; nothing is ever replaced; an ``arrow``
   folder named ``*.arrow`` is refused.
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from streamload.errors import ConfigError
 from streamload.formats.base import DocumentWriter
-from streamload.formats.dolma import CSV_SUFFIX
+from streamload.formats.dolma.dolma import CSV_SUFFIX
 from streamload.formats.mask_names import mask_path_for
 from streamload.tools.convert_names import TARGETS
 
@@ -146,7 +146,7 @@ def check_options(fmt: str, destination: str, options: WriteOptions) -> None:
 
 def _check_compression(compression: str) -> None:
     """An MDS compression streamload writes, with the package it needs installed."""
-    from streamload.formats.mds_write import zstd_level
+    from streamload.formats.mds.write import zstd_level
 
     try:
         zstd_level(compression)
@@ -245,19 +245,19 @@ def format_writer(
     if fmt in FOLDER_TARGETS:
         return _folder_writer(fmt, path, dtype, options, masks, shard_tokens)
     if fmt == "megatron":
-        from streamload.formats.megatron import MegatronWriter
+        from streamload.formats.megatron.megatron import MegatronWriter
 
         return MegatronWriter(path.removesuffix(".bin"), dtype)
     if fmt == "dolma":
-        from streamload.formats.dolma import DolmaWriter
+        from streamload.formats.dolma.dolma import DolmaWriter
 
         return DolmaWriter(path, dtype)
     if fmt == "datatrove":
-        from streamload.formats.datatrove import DatatroveWriter
+        from streamload.formats.datatrove.datatrove import DatatroveWriter
 
         name = options.tokenizer_name
         return DatatroveWriter(path, name, dtype.itemsize, save_loss_metadata=masks)
-    from streamload.formats.modalities import ModalitiesWriter
+    from streamload.formats.modalities.modalities import ModalitiesWriter
 
     return ModalitiesWriter(path, dtype.itemsize)
 
@@ -266,24 +266,24 @@ def _folder_writer(
     fmt: str, path: str, dtype: np.dtype, options: WriteOptions, masks: bool, shard_tokens: int
 ) -> DocumentWriter:
     if fmt == "numpy":
-        from streamload.formats.numpy_folder import NumpyShardWriter
+        from streamload.formats.numpy.folder import NumpyShardWriter
 
         os.mkdir(path)  # published even without documents
         return NumpyShardWriter(path, dtype, shard_tokens, save_loss_masks=masks)
     if fmt == "mds":
-        from streamload.formats.mds import MDS_SIZE_LIMIT, MdsWriter
+        from streamload.formats.mds.mds import MDS_SIZE_LIMIT, MdsWriter
 
         limit = options.size_limit or MDS_SIZE_LIMIT
         return MdsWriter(
             path, dtype, compression=options.compression, size_limit=limit, save_loss_masks=masks
         )
     if fmt == "litdata":
-        from streamload.formats.litdata import LitdataWriter
+        from streamload.formats.litdata.litdata import LitdataWriter
 
         chunk = options.chunk_bytes
         return LitdataWriter(path, dtype, chunk_bytes=chunk, save_loss_masks=masks)
     if fmt == "arrow":
-        from streamload.formats.arrow_folder import MAX_FILE_BYTES, ArrowFolderWriter
+        from streamload.formats.arrow.folder import MAX_FILE_BYTES, ArrowFolderWriter
 
         limit = options.max_file_bytes or MAX_FILE_BYTES
         return ArrowFolderWriter(path, dtype, max_file_bytes=limit, save_loss_masks=masks)
@@ -294,10 +294,10 @@ def _parquet_writer(
     path: str, dtype: np.dtype, options: WriteOptions, masks: bool
 ) -> DocumentWriter:
     if path.endswith(SUFFIXES["parquet"]):
-        from streamload.formats.parquet import ParquetWriter
+        from streamload.formats.arrow.parquet import ParquetWriter
 
         return ParquetWriter(path, dtype)
-    from streamload.formats.parquet_folder import MAX_FILE_BYTES, ParquetFolderWriter
+    from streamload.formats.arrow.parquet_folder import MAX_FILE_BYTES, ParquetFolderWriter
 
     limit = options.max_file_bytes or MAX_FILE_BYTES
     return ParquetFolderWriter(path, dtype, max_file_bytes=limit, save_loss_masks=masks)

@@ -70,7 +70,7 @@ def document_metadata(
     """The fields the format records for document ``index`` of ``shard`` (``None`` when it
     records none): Dolma's ``{"id", "src", "loc"}``; an Arrow or Parquet row's ``id`` (the
     ``id_column`` value, default the ``id`` column's) first, then its other scalar columns
-    by name (:mod:`~streamload.formats._arrow_metadata`; ``{}`` without any).
+    by name (:mod:`~streamload.formats.arrow._metadata`; ``{}`` without any).
 
     Raises:
         ConfigError: ``id_column`` named for a format without id columns.

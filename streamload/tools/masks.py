@@ -153,7 +153,7 @@ def merge_megatron_with_masks(shards: Sequence[ShardInfo], out_prefix: str) -> l
         ConfigError: an output exists already (never replaced).
         FormatError: an input is missing, corrupt, or of another dtype.
     """
-    from streamload.formats.megatron import merge_megatron
+    from streamload.formats.megatron.megatron import merge_megatron
 
     prefix = os.path.abspath(out_prefix.removesuffix(".bin").removesuffix(".idx"))
     name = os.path.basename(prefix)

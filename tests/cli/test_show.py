@@ -11,7 +11,7 @@ import pytest
 
 import streamload
 from streamload.cli.main import main
-from streamload.formats.dolma import DolmaWriter
+from streamload.formats.dolma.dolma import DolmaWriter
 from tests.helpers.corpus_factory import Corpus
 from tests.helpers.tokenizer import train_bpe
 

@@ -18,7 +18,7 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats.arrow import ArrowShard, is_arrow_ipc
+from streamload.formats.arrow.arrow import ArrowShard, is_arrow_ipc
 from streamload.testing import assert_resumes_exactly, collect_global_batches
 from streamload.tools.convert import convert, open_output
 from tests.helpers.paths import TESTS

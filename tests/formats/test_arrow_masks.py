@@ -22,7 +22,7 @@ from streamload.errors import FormatError
 from streamload.formats import open_shard
 from streamload.formats.loss_mask import LossMaskWriter
 from streamload.formats.mask_names import mask_path_for
-from streamload.formats.megatron import MegatronWriter
+from streamload.formats.megatron.megatron import MegatronWriter
 from streamload.testing import assert_resumes_exactly, collect_global_batches
 from streamload.tools.masks import mask_reader
 from tests.formats.test_arrow import loader_config

@@ -16,7 +16,7 @@ from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats._arrow_metadata import is_scalar, row_metadata
+from streamload.formats.arrow._metadata import is_scalar, row_metadata
 from tests.formats.test_arrow import write_stream
 from tests.helpers.paths import TESTS
 

@@ -22,8 +22,8 @@ from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError
 from streamload.formats import open_shard
-from streamload.formats._arrow_write import BATCH_ROWS, MASK_COLUMN
-from streamload.formats.arrow_folder import MAX_FILE_BYTES, ArrowFolderWriter, data_file_name
+from streamload.formats.arrow._write import BATCH_ROWS, MASK_COLUMN
+from streamload.formats.arrow.folder import MAX_FILE_BYTES, ArrowFolderWriter, data_file_name
 from streamload.tools.documents import iter_documents
 from streamload.tools.masks import mask_reader
 from tests.helpers.paths import TESTS, load_script

@@ -15,7 +15,7 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats.datatrove import DatatroveShard, DatatroveWriter, humanize_metric
+from streamload.formats.datatrove.datatrove import DatatroveShard, DatatroveWriter, humanize_metric
 from streamload.formats.loss_mask import mask_shard
 from tests.helpers.masks import assert_masks_follow_documents
 from tests.helpers.paths import TESTS

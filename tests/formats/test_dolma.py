@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
-from streamload.formats import ReadOptions, _dolma_csv, open_shard
-from streamload.formats.dolma import DolmaShard, DolmaWriter, dolma_dtype
+from streamload.formats import ReadOptions, open_shard
+from streamload.formats.dolma import _csv as _dolma_csv
+from streamload.formats.dolma.dolma import DolmaShard, DolmaWriter, dolma_dtype
 from tests.helpers.masks import assert_masks_follow_documents
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents, is_mapped

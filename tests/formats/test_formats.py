@@ -13,7 +13,7 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats.raw import tatm_dtype
+from streamload.formats.numpy.raw import tatm_dtype
 from streamload.formats.registry import canonical_name
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import is_mapped

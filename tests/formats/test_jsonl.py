@@ -15,7 +15,7 @@ from streamload.catalog.sources import describe_source
 from streamload.cli.main import main
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
-from streamload.formats.jsonl import prepare_jsonl
+from streamload.formats.jsonl.jsonl import prepare_jsonl
 from streamload.formats.registry import open_shard
 from streamload.testing import assert_resumes_exactly, collect_global_batches
 from tests.tokenize.test_tokenize import sentences, tokenizer_path  # noqa: F401 - the fixture

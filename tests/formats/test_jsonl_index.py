@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamload.errors import FormatError
-from streamload.formats.jsonl_index import (
+from streamload.formats.jsonl.index import (
     JsonlDocuments,
     create_raw_index,
     default_index_path,

@@ -19,7 +19,7 @@ import pytest
 from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
-from streamload.formats.jsonl import prepare_jsonl
+from streamload.formats.jsonl.jsonl import prepare_jsonl
 from streamload.formats.registry import open_shard
 from tests.helpers.tokenizer import train_bpe
 

@@ -20,7 +20,7 @@ from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError
 from streamload.formats import open_shard
-from streamload.formats.litdata import DEFAULT_CHUNK_BYTES, LitdataWriter
+from streamload.formats.litdata.litdata import DEFAULT_CHUNK_BYTES, LitdataWriter
 from tests.helpers.paths import TESTS, load_script
 
 OURS = TESTS / "fixtures" / "litdata_streamload"

@@ -14,7 +14,7 @@ import torch
 import streamload
 from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
-from streamload.formats.datatrove import DatatroveWriter
+from streamload.formats.datatrove.datatrove import DatatroveWriter
 from streamload.formats.loss_mask import mask_shard
 from streamload.formats.registry import open_shard
 

@@ -24,7 +24,7 @@ from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
 from streamload.formats.base import ListedFile, ReadOptions
-from streamload.formats.mds import FORMAT, MdsShard
+from streamload.formats.mds.mds import FORMAT, MdsShard
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents, is_mapped

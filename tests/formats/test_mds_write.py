@@ -23,8 +23,8 @@ from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError
 from streamload.formats import open_shard
-from streamload.formats.mds import MdsWriter
-from streamload.formats.mds_write import MdsShards, encode_ndarray
+from streamload.formats.mds.mds import MdsWriter
+from streamload.formats.mds.write import MdsShards, encode_ndarray
 from tests.helpers.paths import TESTS, load_script
 from tests.helpers.shards import documents
 

@@ -18,8 +18,8 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError, FormatError
 from streamload.formats import open_shard
-from streamload.formats._megatron_index import map_index, validate_index, write_index
-from streamload.formats.megatron import MegatronWriter, merge_megatron
+from streamload.formats.megatron._index import map_index, validate_index, write_index
+from streamload.formats.megatron.megatron import MegatronWriter, merge_megatron
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import is_mapped
 

@@ -18,7 +18,7 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats.modalities import (
+from streamload.formats.modalities.modalities import (
     ModalitiesWriter,
     merge_pbin,
     token_size_for_vocab,

@@ -21,11 +21,11 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.formats._arrow_row_groups import RowGroupCache, row_groups
-from streamload.formats.arrow import FORMAT as ARROW
-from streamload.formats.arrow_columns import arrow_errors
+from streamload.formats.arrow._row_groups import RowGroupCache, row_groups
+from streamload.formats.arrow.arrow import FORMAT as ARROW
+from streamload.formats.arrow.columns import arrow_errors
+from streamload.formats.arrow.parquet import FORMAT, ParquetShard, ParquetWriter
 from streamload.formats.base import ListedFile, ReadOptions
-from streamload.formats.parquet import FORMAT, ParquetShard, ParquetWriter
 from streamload.testing import assert_resumes_exactly, collect_global_batches
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents

@@ -14,7 +14,11 @@ from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError
 from streamload.formats import open_shard
-from streamload.formats.parquet_folder import MAX_FILE_BYTES, ParquetFolderWriter, hub_file_name
+from streamload.formats.arrow.parquet_folder import (
+    MAX_FILE_BYTES,
+    ParquetFolderWriter,
+    hub_file_name,
+)
 from tests.helpers.shards import documents
 
 INTEGERS = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"]

@@ -28,8 +28,8 @@ from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
 from streamload.formats.base import ListedFile, ReadOptions
-from streamload.formats.numpy_folder import NumpyShardWriter
-from streamload.formats.raw import zero_tail_tokens
+from streamload.formats.numpy.folder import NumpyShardWriter
+from streamload.formats.numpy.raw import zero_tail_tokens
 from streamload.formats.sniff import describe_shard
 from tests.helpers.paths import TESTS
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from streamload.formats.megatron import MegatronWriter
+from streamload.formats.megatron.megatron import MegatronWriter
 
 OUT = Path(__file__).parent / "megatron"
 SEQ_LEN = 16

@@ -31,7 +31,7 @@ def is_mapped(view: np.ndarray) -> bool:
 def write_megatron_documents(prefix: Path, tokens: np.ndarray, lengths: Sequence[int]) -> Path:
     """A Megatron dataset ``prefix.bin``/``.idx`` cutting ``tokens`` into documents of
     ``lengths`` (one sequence each), written (or rewritten) with streamload's writer."""
-    from streamload.formats.megatron import MegatronWriter
+    from streamload.formats.megatron.megatron import MegatronWriter
 
     with MegatronWriter(prefix, tokens.dtype) as writer:
         begin = 0

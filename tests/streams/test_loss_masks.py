@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from streamload import build_loader
 from streamload.errors import ConfigError, FormatError
-from streamload.formats.datatrove import DatatroveWriter
+from streamload.formats.datatrove.datatrove import DatatroveWriter
 from streamload.formats.loss_mask import LossMaskWriter
 from streamload.formats.mask_names import mask_path_for
 from streamload.loader import LoaderOptions

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from streamload import load_config
 from streamload.errors import ConfigError
-from streamload.formats.megatron import MegatronWriter
+from streamload.formats.megatron.megatron import MegatronWriter
 from streamload.plan.megatron import split_ranges
 from streamload.streams.interface import SampleStream
 from tests.plan.test_megatron import ref_gpt

@@ -93,7 +93,7 @@ def test_megatron_output_equals_indexed_dataset_builder_byte_for_byte(work: Path
     assert main(args) == 0
     assert main([*args[:2], "more.jsonl", *args[3:4], "mg2", *args[5:]]) == 0
     # concatenate both outputs as megatron's merge would, then compare with the golden
-    from streamload.formats.megatron import MegatronWriter
+    from streamload.formats.megatron.megatron import MegatronWriter
 
     with MegatronWriter(work / "merged", np.uint16) as writer:
         writer.add_index(work / "mg" / "part-0-00000")

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.cli.main import main
 from streamload.config import SourceConfig
-from streamload.formats.parquet import ROW_GROUP_TOKENS
+from streamload.formats.arrow.parquet import ROW_GROUP_TOKENS
 from streamload.formats.registry import open_shard
 from streamload.tools.convert import TARGETS, convert, open_output, open_writer, output_paths
 from streamload.tools.documents import document_bounds, iter_documents

@@ -204,7 +204,7 @@ def test_merge_each_new_format(tmp_path: Path, target: str) -> None:
 def test_loss_masks_travel_into_each_new_target(tmp_path: Path, target: str) -> None:
     """A datatrove source with a ``.ds.loss``: the output's files have their masks beside
     them, read back by the catalog, one flag per token, in order."""
-    from streamload.formats.datatrove import DatatroveWriter
+    from streamload.formats.datatrove.datatrove import DatatroveWriter
 
     docs = [[5, 6, 0], [7, 0], [8, 9, 10, 0]]
     flags = [[0, 1, 1], [1, 0], [0, 0, 1, 1]]

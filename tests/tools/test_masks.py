@@ -17,7 +17,7 @@ from streamload.catalog.sources import describe_source
 from streamload.cli.main import main
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError
-from streamload.formats.datatrove import DatatroveWriter
+from streamload.formats.datatrove.datatrove import DatatroveWriter
 from streamload.formats.registry import open_shard
 from streamload.tools import convert as convert_module
 from streamload.tools.convert import convert, open_output

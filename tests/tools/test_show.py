@@ -14,8 +14,8 @@ import torch
 
 import streamload
 from streamload.errors import ConfigError
-from streamload.formats.datatrove import DatatroveWriter
-from streamload.formats.dolma import DolmaWriter
+from streamload.formats.datatrove.datatrove import DatatroveWriter
+from streamload.formats.dolma.dolma import DolmaWriter
 from streamload.tools.show import StepBatch, StepRequest, load_step, parse_batch_sizes
 from streamload.tools.show_report import describe_step, label_ranges, load_decoder
 from tests.helpers.corpus_factory import Corpus

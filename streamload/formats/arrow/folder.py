@@ -6,7 +6,7 @@ The layout is that of datasets 5.2.0 (``Dataset.save_to_disk``; the fixtures in
 and read back by it):
 
 * ``data-{index:05d}-of-{count:05d}.arrow``: Arrow IPC streams of one row per document
-  (:mod:`streamload.formats._arrow_write`: ``input_ids`` ``list<dtype>``, with masks a
+  (:mod:`streamload.formats.arrow._write`: ``input_ids`` ``list<dtype>``, with masks a
   ``labels_mask`` ``list<uint8>`` of the same shape, record batches of 1,000 rows);
 * ``dataset_info.json``: ``{"citation", "description", "features", "homepage",
   "license"}`` (keys sorted, ``indent=2``), the features ``List(Value(dtype))``;
@@ -16,7 +16,7 @@ and read back by it):
 
 ``datasets`` cuts a dataset into shards of equal row counts sized by ``max_shard_size``;
 this writer, which sees the documents once, rolls a file where the next document would take
-it past ``max_file_bytes`` (:mod:`streamload.formats._rolling_folder`, as the Parquet
+it past ``max_file_bytes`` (:mod:`streamload.formats.arrow._rolling_folder`, as the Parquet
 folder writer: 500 MB of Arrow row bytes, masks included; documents never split). The
 fingerprint, which ``datasets`` keys its ``map`` cache files by (they go into this folder),
 is a 64-bit BLAKE2b of the dtype, every row's length, tokens and flags: the same data gives
@@ -36,9 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from streamload.formats._arrow_write import BATCH_ROWS, ArrowStreamWriter, features
-from streamload.formats._rolling_folder import MAX_FILE_BYTES, OFFSET_BYTES, RollingFolderWriter
-from streamload.formats.save_to_disk import INFO_FILE, STATE_FILE
+from streamload.formats.arrow._rolling_folder import (
+    MAX_FILE_BYTES,
+    OFFSET_BYTES,
+    RollingFolderWriter,
+)
+from streamload.formats.arrow._write import BATCH_ROWS, ArrowStreamWriter, features
+from streamload.formats.arrow.save_to_disk import INFO_FILE, STATE_FILE
 
 __all__ = ["MAX_FILE_BYTES", "ArrowFolderWriter", "data_file_name"]
 

@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from streamload.formats._rolling_folder import OFFSET_BYTES
 from streamload.formats._shard_masks import document_mask
 from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document, token_dtype
-from streamload.formats.arrow_columns import DEFAULT_COLUMN, import_pyarrow
+from streamload.formats.arrow._rolling_folder import OFFSET_BYTES
+from streamload.formats.arrow.columns import DEFAULT_COLUMN, import_pyarrow
 from streamload.util.files import atomic_output
 
 __all__ = [

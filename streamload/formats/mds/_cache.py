@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from streamload.formats._mds_decode import DecodedShard
+from streamload.formats.mds._decode import DecodedShard
 from streamload.util.files import atomic_output, write_atomic
 
 __all__ = ["SCHEMA", "decoded_key", "load_decoded", "save_decoded"]

@@ -23,9 +23,9 @@ import re
 from typing import Any
 
 import numpy as np
+from numpy.lib.format import MAGIC_PREFIX as NPY_MAGIC  # not the numpy family's (independent)
 
 from streamload.errors import FormatError
-from streamload.formats._dolma_csv import DolmaRows, RowLimits, read_rows, row_fields
 from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document, token_dtype
 from streamload.formats.base import (
@@ -37,7 +37,7 @@ from streamload.formats.base import (
     companion_file,
     open_head,
 )
-from streamload.formats.npy import NPY_MAGIC
+from streamload.formats.dolma._csv import DolmaRows, RowLimits, read_rows, row_fields
 from streamload.util.files import atomic_output
 
 __all__ = ["CSV_SUFFIX", "FORMAT", "DolmaFormat", "DolmaShard", "DolmaWriter", "metadata_path"]

@@ -1,6 +1,6 @@
 """The ``X.tok.json`` tokenization record of a ``format = "jsonl"`` source, read strictly.
 
-A record is written by :func:`streamload.formats.jsonl.prepare_jsonl`; a reader trusts none
+A record is written by :func:`streamload.formats.jsonl.jsonl.prepare_jsonl`; a reader trusts none
 of it: every field is type- and range-checked (:mod:`streamload.formats._fields`), the index
 it names must be a file beside the JSONL, and :func:`check_against_tokenizer` compares it with
 the tokenizer it names (vocabulary size, BOS/EOS below it), because the token dtype is chosen
@@ -28,7 +28,7 @@ __all__ = ["TokenizationRecord", "check_against_tokenizer", "parse_record", "tok
 
 @dataclass(frozen=True)
 class TokenizationRecord:
-    """A checked record (fields as :func:`~streamload.formats.jsonl.prepare_jsonl` writes)."""
+    """A checked record (fields as :func:`~streamload.formats.jsonl.jsonl.prepare_jsonl` writes)."""
 
     path: str
     tokenizer: str

@@ -2,7 +2,7 @@
 
 A dataset is a path prefix ``P`` with two files: ``P.bin`` (the tokens of every sequence,
 concatenated, no header) and ``P.idx`` (MMIDIDX: dtype code, sequence lengths and byte
-pointers, document_indices; layout in :mod:`streamload.formats._megatron_index`). A
+pointers, document_indices; layout in :mod:`streamload.formats.megatron._index`). A
 *document* is a run of sequences (``document_indices``); Megatron's GPTDataset treats every
 *sequence* as a document, so shards expose both :meth:`MegatronShard.document_bounds` and
 :meth:`MegatronShard.sequence_bounds`.
@@ -28,14 +28,6 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import ConfigError, FormatError
-from streamload.formats._megatron_index import (
-    MegatronIndex,
-    code_of_dtype,
-    load_buffer,
-    map_index,
-    read_index,
-    write_index,
-)
 from streamload.formats.base import (
     ListedFile,
     ReadOptions,
@@ -44,6 +36,14 @@ from streamload.formats.base import (
     check_token_dtype,
     companion_file,
     token_array,
+)
+from streamload.formats.megatron._index import (
+    MegatronIndex,
+    code_of_dtype,
+    load_buffer,
+    map_index,
+    read_index,
+    write_index,
 )
 from streamload.util.files import temp_beside
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats.arrow_columns import list_values
+from streamload.formats.arrow.columns import list_values
 
 __all__ = [
     "MASK_COLUMNS",

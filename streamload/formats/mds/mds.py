@@ -3,12 +3,12 @@
 A folder holds ``index.json`` (version 2) and ``shard.NNNNN.mds`` files, or compressed
 ``shard.NNNNN.mds.zstd`` / ``.mds.gz`` ones. Each shard file is one streamload shard; each
 sample is one document, whose tokens are the sample's token column (``column``, or the only
-``ndarray``/``bytes`` column: :mod:`streamload.formats._mds_column` says which encodings are
+``ndarray``/``bytes`` column: :mod:`streamload.formats.mds._column` says which encodings are
 read and which are refused). Other columns are not read.
 
 The token column is scattered through the shard (each sample has its own header and other
 columns), so each shard is decoded once — decompressed first when compressed — into a
-contiguous token array in the disk cache (:mod:`streamload.formats._mds_cache`), keyed by the
+contiguous token array in the disk cache (:mod:`streamload.formats.mds._cache`), keyed by the
 file's sha256, and memory-mapped from there: reads then cost what a NumPy shard's cost. The
 decoding happens when the shard is described (the token count needs every sample's header),
 so with the catalog cache a warm start reads neither the shards nor their index.
@@ -23,7 +23,7 @@ A folder is listed in the order of its index's ``shards``, without the shards of
 when the first sample passes its size limit, and no shard holding no tokens is described.
 
 :class:`MdsWriter` writes what ``streamload convert --to mds`` publishes: a folder of
-``MDSWriter``'s layout (:mod:`streamload.formats.mds_write`), one sample per document in a
+``MDSWriter``'s layout (:mod:`streamload.formats.mds.write`), one sample per document in a
 ``tokens`` column encoded ``ndarray:<dtype>`` (LLM Foundry's ``convert_dataset_hf
 --concat_tokens`` column, which Streaming decodes to a numpy array).
 """
@@ -40,11 +40,15 @@ import numpy as np
 from streamload.config.storage import default_cache_dir
 from streamload.errors import ConfigError, FormatError
 from streamload.formats._folder_writer import FolderWriter
-from streamload.formats._mds_cache import decoded_key, load_decoded, save_decoded
-from streamload.formats._mds_column import TokenColumn, token_column
-from streamload.formats._mds_decode import DecodedShard, decode_shard
 from streamload.formats._mds_index import MdsIndex, MdsShardEntry, parse_mds_index
-from streamload.formats._mds_read import (
+from streamload.formats._shard_masks import PendingMasks
+from streamload.formats._writer_input import as_document, token_dtype
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
+from streamload.formats.index_json import INDEX_NAME, load_index
+from streamload.formats.mds._cache import decoded_key, load_decoded, save_decoded
+from streamload.formats.mds._column import TokenColumn, token_column
+from streamload.formats.mds._decode import DecodedShard, decode_shard
+from streamload.formats.mds._read import (
     GZIP_MAGIC,
     ZSTD_MAGIC,
     content_sha256,
@@ -52,11 +56,7 @@ from streamload.formats._mds_read import (
     read_listed,
     read_opened,
 )
-from streamload.formats._shard_masks import PendingMasks
-from streamload.formats._writer_input import as_document, token_dtype
-from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
-from streamload.formats.index_json import INDEX_NAME, load_index
-from streamload.formats.mds_write import (
+from streamload.formats.mds.write import (
     MDS_SIZE_LIMIT,
     MdsShards,
     encode_ndarray,
@@ -206,7 +206,7 @@ class MdsWriter(FolderWriter):
     """Write documents as a Mosaic MDS dataset folder, one sample per document.
 
     The shards are ``MDSWriter(columns={column: "ndarray:<dtype>"}, compression=...,
-    size_limit=...)``'s, byte for byte (:mod:`streamload.formats.mds_write`), and so is
+    size_limit=...)``'s, byte for byte (:mod:`streamload.formats.mds.write`), and so is
     ``index.json`` (written last). The folder appears whole at :meth:`close`.
 
     Args:

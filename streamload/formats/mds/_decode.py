@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._mds_column import NDARRAY_DTYPE_CODES, TokenColumn
 from streamload.formats._mds_index import MdsShardEntry
 from streamload.formats.base import check_configured_dtype
+from streamload.formats.mds._column import NDARRAY_DTYPE_CODES, TokenColumn
 
 __all__ = ["DecodedShard", "decode_shard"]
 

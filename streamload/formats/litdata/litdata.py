@@ -23,7 +23,7 @@ item offset of the header.
 
 :class:`LitdataWriter` writes what ``streamload convert --to litdata`` publishes: what
 ``litdata.optimize(..., item_loader=TokensLoader())`` writes for one numpy token array per
-document (:mod:`streamload.formats._litdata_write`), the documents concatenated as they are.
+document (:mod:`streamload.formats.litdata._write`), the documents concatenated as they are.
 """
 
 from __future__ import annotations
@@ -37,13 +37,6 @@ import numpy as np
 from streamload.errors import FormatError
 from streamload.formats._folder_writer import FolderWriter
 from streamload.formats._litdata_index import LitdataChunk, LitdataIndex, parse_litdata_index
-from streamload.formats._litdata_write import (
-    DEFAULT_CHUNK_BYTES,
-    chunk_name,
-    encode_chunk,
-    index_config,
-    write_index,
-)
 from streamload.formats._shard_masks import PendingMasks
 from streamload.formats._writer_input import as_document, token_dtype
 from streamload.formats.base import (
@@ -56,6 +49,13 @@ from streamload.formats.base import (
     open_head,
 )
 from streamload.formats.index_json import INDEX_NAME, load_index
+from streamload.formats.litdata._write import (
+    DEFAULT_CHUNK_BYTES,
+    chunk_name,
+    encode_chunk,
+    index_config,
+    write_index,
+)
 
 __all__ = [
     "DEFAULT_CHUNK_BYTES",
@@ -162,7 +162,7 @@ class LitdataWriter(FolderWriter):
     """Write documents as a LitData ``TokensLoader`` folder: ``chunk-0-N.bin`` + ``index.json``.
 
     Each non-empty document is one item; items fill a chunk up to ``chunk_bytes`` bytes of
-    tokens, or ``chunk_size`` tokens (one of them; :mod:`streamload.formats._litdata_write`
+    tokens, or ``chunk_size`` tokens (one of them; :mod:`streamload.formats.litdata._write`
     states litdata's rule), and ``index.json`` is written last. The folder appears whole at
     :meth:`close`.
 

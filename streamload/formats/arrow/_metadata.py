@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from streamload.formats.arrow_columns import ID_COLUMN, document_id_column
+from streamload.formats.arrow.columns import ID_COLUMN, document_id_column
 
 __all__ = ["is_scalar", "locate_row", "metadata_columns", "row_metadata"]
 

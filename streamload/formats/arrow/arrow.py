@@ -13,7 +13,7 @@ Reading: the file is memory-mapped and every record batch's token values are a n
 of the map (no copy, no decode). A file of one record batch is one contiguous array, read
 like a NumPy shard (windows indexed straight out of the map); ``datasets`` writes a batch per
 1,000 rows, and then a window inside a batch is a view and a window across two batches a
-small copy (:mod:`streamload.formats._arrow_pieces`). A remote file is copied whole into the
+small copy (:mod:`streamload.formats.arrow._pieces`). A remote file is copied whole into the
 disk cache once (:func:`~streamload.formats.base.check_size_unchanged`) and mapped.
 
 Sniffed by content: the ``ARROW1`` magic of the IPC file format, or the continuation marker
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._arrow_metadata import locate_row, metadata_columns, row_metadata
-from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
-from streamload.formats.arrow_columns import (
+from streamload.formats.arrow._metadata import locate_row, metadata_columns, row_metadata
+from streamload.formats.arrow._pieces import piece_starts, pieces_bounds, take_tokens
+from streamload.formats.arrow.columns import (
     arrow_errors,
     column_name,
     import_pyarrow,
@@ -44,7 +44,7 @@ from streamload.formats.arrow_columns import (
     token_dtype,
     token_lists,
 )
-from streamload.formats.arrow_masks import (
+from streamload.formats.arrow.masks import (
     check_row_lengths,
     column_types,
     mask_flags,
@@ -85,7 +85,7 @@ def is_arrow_ipc(head: bytes) -> bool:
 def _batches(fs: Any, path: str, size: int) -> Iterator[tuple[Any, Iterator[Any], str]]:
     """``(schema, record batches, "file" | "stream")`` of an IPC file: memory-mapped when
     local, else read through ``fs``; pyarrow's parse errors become :class:`FormatError`
-    (:func:`~streamload.formats.arrow_columns.arrow_errors`)."""
+    (:func:`~streamload.formats.arrow.columns.arrow_errors`)."""
     pa = import_pyarrow(path)
     local = local_path(path)
     with arrow_errors(path, "Arrow IPC"), contextlib.ExitStack() as stack:
@@ -130,7 +130,7 @@ class ArrowShard:
     the shard reads its ``column`` as the loss mask of the token column ``mask_of``: each
     row's flags are checked against the row's tokens when it opens (offsets only, no
     flag is read), and each record batch's flags become ``uint8`` on first use
-    (:func:`~streamload.formats.arrow_masks.mask_flags`).
+    (:func:`~streamload.formats.arrow.masks.mask_flags`).
 
     Attributes:
         info: The shard.
@@ -205,7 +205,7 @@ class ArrowShard:
     def document_metadata(self, i: int, id_column: str | None = None) -> dict[str, Any]:
         """The metadata of document (row) ``i``: its id (the ``id_column`` value, by default
         the ``id`` column's) as ``id``, then its other scalar columns
-        (:mod:`~streamload.formats._arrow_metadata`; ``{}`` when there are none). Reads that
+        (:mod:`~streamload.formats.arrow._metadata`; ``{}`` when there are none). Reads that
         row's values of the map only.
 
         Raises:

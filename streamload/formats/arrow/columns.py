@@ -3,9 +3,10 @@
 Hugging Face ``datasets`` stores a tokenized corpus as one row per document with a
 ``list<int*>`` column (``input_ids`` by default): the list offsets are the document index and
 the list values, concatenated, are the token stream. Both the Arrow IPC reader
-(:mod:`streamload.formats.arrow`) and the Parquet reader (:mod:`streamload.formats.parquet`)
-check the column here, so a missing column, a float, string or nested column and nulls are
-refused with the same message, naming the file, the column and what it holds.
+(:mod:`streamload.formats.arrow.arrow`) and the Parquet reader
+(:mod:`streamload.formats.arrow.parquet`) check the column here, so a missing column, a float,
+string or nested column and nulls are refused with the same message, naming the file, the
+column and what it holds.
 
 pyarrow is an optional dependency (the ``arrow`` extra); it is imported only when an Arrow or
 Parquet file is described or read.

@@ -35,14 +35,14 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import ConfigError, FormatError
-from streamload.formats._jsonl_record import (
+from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec, local_path
+from streamload.formats.jsonl._record import (
     TokenizationRecord,
     check_against_tokenizer,
     parse_record,
     tokenizer_error,
 )
-from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec, local_path
-from streamload.formats.jsonl_index import (
+from streamload.formats.jsonl.index import (
     JsonlDocuments,
     create_raw_index,
     default_index_path,

@@ -9,7 +9,7 @@ data past ``max_file_bytes``, measured as ``datasets`` measures ``max_shard_size
 Arrow bytes of the rows: the tokens, plus 4 bytes of list offset per document). The file
 itself is smaller when its tokens compress, and up to ~15-30% larger when they do not
 (random ids), as ``datasets``' shards are. Documents are never split
-(:mod:`streamload.formats._rolling_folder`, shared with the Arrow ``save_to_disk`` writer).
+(:mod:`streamload.formats.arrow._rolling_folder`, shared with the Arrow ``save_to_disk`` writer).
 
 Example: three documents of 100, 100 and 50 uint16 tokens with ``max_file_bytes = 450``:
 the first two take 408 bytes, the third would make 512, so ``train-00000-of-00002.parquet``
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from streamload.formats._rolling_folder import MAX_FILE_BYTES, RollingFolderWriter
+from streamload.formats.arrow._rolling_folder import MAX_FILE_BYTES, RollingFolderWriter
+from streamload.formats.arrow.parquet import ROW_GROUP_TOKENS, ParquetWriter
 from streamload.formats.loss_mask import LossMaskWriter
 from streamload.formats.mask_names import mask_path_for
-from streamload.formats.parquet import ROW_GROUP_TOKENS, ParquetWriter
 
 __all__ = ["MAX_FILE_BYTES", "ParquetFolderWriter", "hub_file_name"]
 

@@ -35,6 +35,7 @@ from streamload.formats.base import (
     check_token_dtype,
     open_head,
 )
+from streamload.formats.tatm_metadata import TATM_METADATA, tatm_dtype  # re-exported
 
 __all__ = [
     "FORMAT",
@@ -47,41 +48,9 @@ __all__ = [
     "zero_tail_tokens",
 ]
 
-TATM_METADATA = "metadata.yaml"
-
 _FIRST_TAIL_BLOCK = 1 << 16
 _MAX_TAIL_BLOCK = 1 << 26
 """Bytes read per step when scanning a tail backwards (doubling from the first size)."""
-
-
-def tatm_dtype(metadata_text: str, metadata_path: str) -> str | None:
-    """The token dtype a tatm ``metadata.yaml`` declares, or ``None`` if it declares none.
-
-    Raises:
-        FormatError: not YAML (or nested too deep to parse), or a ``tokenized_info.dtype``
-            that is not a little-endian integer dtype.
-    """
-    import yaml
-
-    try:
-        meta = yaml.safe_load(metadata_text)
-    except (yaml.YAMLError, RecursionError) as exc:
-        reason = "nested too deep" if isinstance(exc, RecursionError) else exc
-        raise FormatError(f"{metadata_path}: cannot parse YAML: {reason}") from None
-    info = meta.get("tokenized_info") if isinstance(meta, dict) else None
-    dtype = info.get("dtype") if isinstance(info, dict) else None
-    if dtype is None:
-        return None
-    try:
-        parsed = np.dtype(str(dtype))
-    except (TypeError, ValueError):
-        parsed = None
-    if parsed is None or parsed.kind not in "ui" or parsed.byteorder == ">":
-        raise FormatError(
-            f"{metadata_path}: tokenized_info.dtype = {dtype!r}; expected a little-endian "
-            "integer dtype such as uint16 or uint32"
-        )
-    return parsed.name
 
 
 def raw_dtype(path: str, options: ReadOptions) -> str:

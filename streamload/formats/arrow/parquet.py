@@ -13,7 +13,7 @@ row, a null token, or an empty document, which Parquet counts as a null value to
 once instead, so a null is refused when the file is described, not in the middle of a run.
 The counts are kept in the shard's description: opening the shard decodes nothing.
 Reading decodes a row group's token column once when a token of it is first needed and keeps
-it in a bounded per-process cache (:mod:`streamload.formats._arrow_row_groups`); a window
+it in a bounded per-process cache (:mod:`streamload.formats.arrow._row_groups`); a window
 inside a row group is a view of it, one across row groups a small copy. Remote files are read
 by range through the storage layer (:func:`~streamload.formats.base.open_token_file`): the
 footer, then the column chunks of the row groups read.
@@ -37,13 +37,13 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._arrow_metadata import locate_row, metadata_columns, row_metadata
-from streamload.formats._arrow_pieces import piece_starts, pieces_bounds, take_tokens
-from streamload.formats._arrow_row_groups import Decoded, row_groups
 from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document
 from streamload.formats._writer_input import token_dtype as writer_dtype
-from streamload.formats.arrow_columns import (
+from streamload.formats.arrow._metadata import locate_row, metadata_columns, row_metadata
+from streamload.formats.arrow._pieces import piece_starts, pieces_bounds, take_tokens
+from streamload.formats.arrow._row_groups import Decoded, row_groups
+from streamload.formats.arrow.columns import (
     DEFAULT_COLUMN,
     arrow_errors,
     column_name,
@@ -52,7 +52,7 @@ from streamload.formats.arrow_columns import (
     token_dtype,
     token_lists,
 )
-from streamload.formats.arrow_masks import (
+from streamload.formats.arrow.masks import (
     check_row_lengths,
     column_types,
     mask_flags,
@@ -93,7 +93,7 @@ _STATISTICS_SINCE = (6, 0)
 
 def _errors(path: str) -> contextlib.AbstractContextManager[None]:
     """pyarrow's parse errors as :class:`FormatError` naming ``path`` (network errors of a
-    remote file propagate: :func:`~streamload.formats.arrow_columns.arrow_errors`)."""
+    remote file propagate: :func:`~streamload.formats.arrow.columns.arrow_errors`)."""
     return arrow_errors(path, "Parquet")
 
 
@@ -239,7 +239,7 @@ class ParquetShard:
     def document_metadata(self, i: int, id_column: str | None = None) -> dict[str, Any]:
         """The metadata of document (row) ``i``: its id (the ``id_column`` value, by default
         the ``id`` column's) as ``id``, then its other scalar columns
-        (:mod:`~streamload.formats._arrow_metadata`; ``{}`` when there are none). Decodes
+        (:mod:`~streamload.formats.arrow._metadata`; ``{}`` when there are none). Decodes
         those columns of the row's row group only (the last row group read is kept).
 
         Raises:
