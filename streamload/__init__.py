@@ -102,6 +102,7 @@ _MOVED = {
     # issue 30: each sampling mode is a folder of streamload.modes
     "streamload.config.megatron": "streamload.modes.megatron.checks",
     "streamload.config.packed": "streamload.modes.packed.checks",
+    "streamload.config.vsl": "streamload.modes.vsl.options",
     "streamload.streams.concat": "streamload.modes.concat.stream",
     "streamload.streams.concat_source": "streamload.streams.token_source",
     "streamload.streams.megatron": "streamload.modes.megatron.stream",

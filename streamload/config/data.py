@@ -179,7 +179,7 @@ class DataConfig:
         return cls(
             **kwargs,
             sources=sources,
-            sampling=_sub(SamplingConfig, data.get("sampling", {}), "sampling"),
+            sampling=_sampling(data.get("sampling", {})),
             packing=_sub(PackingConfig, data.get("packing", {}), "packing"),
             mixture=_sub(MixtureConfig, data.get("mixture", {}), "mixture"),
             storage=_sub(StorageConfig, data.get("storage", {}), "storage"),
@@ -229,6 +229,12 @@ def _hints(table: str) -> dict[str, str]:
         if name != table:
             for f in dataclasses.fields(kind):
                 homes.setdefault(f.name, []).append("the top level" if name == "config" else name)
+    if table != "[sampling]":
+        from streamload.config.sampling import mode_option_keys
+
+        for key, modes in mode_option_keys().items():
+            where = " or ".join(repr(m) for m in modes)
+            homes.setdefault(key, []).append(f"[sampling] (mode = {where})")
     hints = {key: f"it belongs in {' or '.join(where)}" for key, where in homes.items()}
     for arg in LOADER_ARGUMENTS:
         hints.setdefault(arg, f"it is a loader argument: build_loader({arg}=...)")
@@ -243,6 +249,26 @@ def _sub(kind: type, data: Any, where: str) -> Any:
         return kind(**table_fields(data, kind, where, functools.partial(_hints, table)))
     except ConfigError as exc:
         add_note(exc, f"in {where}")
+        raise
+
+
+def _sampling(data: Any) -> SamplingConfig:
+    """``[sampling]``: the shared keys, and the mode's own (checked by the mode's options)."""
+    from streamload.config.sampling import mode_option_keys  # on a config with [sampling]
+
+    try:
+        if isinstance(data, Mapping) and "options" in data:
+            raise ConfigError(
+                "sampling: unknown key options; a mode's own keys are written in [sampling] "
+                "itself (e.g. min_seq_len = 64)"
+            )
+        own = mode_option_keys() if isinstance(data, Mapping) else {}
+        shared = {k: v for k, v in data.items() if k not in own} if own else data
+        hints = functools.partial(_hints, "[sampling]")
+        kwargs = table_fields(shared, SamplingConfig, "sampling", hints)
+        return SamplingConfig(**kwargs, **{k: v for k, v in data.items() if k in own})
+    except ConfigError as exc:
+        add_note(exc, "in sampling")
         raise
 
 
@@ -266,6 +292,8 @@ def _resolve(path: Any, base_dir: str | None) -> Any:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, SamplingConfig):  # the mode's options are [sampling] keys too
+        return {name: _plain(v) for name, v in value.table().items() if v is not None}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         fields = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
         return {name: _plain(v) for name, v in fields if v is not None}

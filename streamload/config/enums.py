@@ -29,7 +29,7 @@ class SamplingMode(str, enum.Enum):
     """One document (or piece) per sample, padded with ``pad_token_id``."""
     VSL = "vsl"
     """Variable sequence lengths: pieces of documents of power-of-two lengths, one length per
-    global batch, ordered by a curriculum (:mod:`streamload.config.vsl`)."""
+    global batch, ordered by a curriculum (:mod:`streamload.modes.vsl.options`)."""
 
     @property
     def whole_documents(self) -> bool:

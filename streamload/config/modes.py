@@ -42,6 +42,26 @@ class ModeChecks(Protocol):
         ...
 
     @property
+    def options(self) -> type | None:
+        """The dataclass of the mode's own ``[sampling]`` keys (``None``: none)."""
+        ...
+
+    @property
+    def check_sampling(self) -> Any:
+        """Checks of the shared ``[sampling]`` keys in this mode, or ``None``."""
+        ...
+
+    @property
+    def uses_cache_dir(self) -> bool:
+        """``sampling.cache_dir`` means something in this mode."""
+        ...
+
+    @property
+    def own_evaluation_pass(self) -> bool:
+        """An evaluation loader walks the mode's own pass of the split."""
+        ...
+
+    @property
     def blends_sources(self) -> bool:
         """Several sources (or a ``[[schedule]]``) form a weighted mixture."""
         ...

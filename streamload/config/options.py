@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from streamload.config.checks import (
     check_bool,
     check_int,
     check_number,
-    check_path,
     check_weight_sum,
     show,
     to_enum,
@@ -22,10 +20,12 @@ from streamload.config.enums import (
     SamplingMode,
     SplitName,
 )
-from streamload.config.vsl import CurriculumPhase, VslCurriculum, check_vsl_sampling
+from streamload.config.modes import mode_plugin
+from streamload.config.sampling import SamplingConfig
 from streamload.errors import ConfigError
 
 __all__ = [
+    "MEGATRON_DEFAULT_SPLIT",
     "LongDocuments",
     "MegatronSplit",
     "MixtureConfig",
@@ -37,205 +37,6 @@ __all__ = [
     "SplitName",
     "evaluation_sampling",
 ]
-
-
-@dataclass(frozen=True, kw_only=True)
-class SamplingConfig:
-    """How the token stream becomes an ordered sequence of samples.
-
-    Args:
-        mode: Sampling mode.
-        shuffle: Permute a source's samples (windows, or packed/padded samples) per epoch,
-            keyed by (seed, epoch, source).
-        shuffle_block: Samples per shuffle block: nearby positions read one region of this
-            many consecutive samples (block order and samples inside shuffled;
-            :mod:`streamload.plan.block_shuffle`). 0: one uniform permutation.
-        num_samples: Length of one pass in samples; more than one epoch repeats the data,
-            reshuffled per epoch. ``None``: one pass is one epoch.
-        cross_shard: ``False`` keeps every window inside one shard (KempnerForge/OLMo);
-            ``concat`` mode only (documents never span shards).
-        long_documents: ``packed``/``padded`` modes: split a document longer than
-            ``seq_len + 1`` tokens into pieces, or truncate it.
-        split: Megatron's ``--split`` (train, valid, test weights), e.g. ``"98,2,0"``: each
-            source's documents are cut into three contiguous ranges
-            (:mod:`streamload.plan.split`, docs/sampling.md). Unset: ``megatron`` mode uses
-            Megatron's default ``"969,30,1"``; the other modes do not split (every document
-            is training data).
-        split_name: The split this stream reads (``train``, ``valid`` or ``test``); other
-            than ``train`` it needs ``split`` in the concat, packed and padded modes.
-        add_extra_token: ``megatron`` mode: samples read ``seq_len + 1`` tokens
-            (``add_extra_token_to_sequence``).
-        drop_last_partial: ``megatron`` mode, valid split only: drop a last sample shorter
-            than the others (``drop_last_partial_validation_sequence``); ``False`` pads it.
-        cache_dir: ``megatron`` mode: folder for built indices (also searched for the index
-            files megatron-core wrote there, e.g. Megatron-LM's ``--data-cache-path``);
-            ``packed``/``padded``/``vsl`` modes: folder for the packing and piece plans
-            (unset: ``plans/`` in the storage cache folder).
-        min_seq_len, max_seq_len, tokens_per_batch, curriculum, num_cycles: ``vsl`` mode
-            (:mod:`streamload.config.vsl`): the shortest and longest piece (powers of two;
-            ``max_seq_len`` defaults to ``seq_len``), input tokens per global batch, the order
-            of an epoch's batches by length, and its cycles.
-    """
-
-    mode: SamplingMode | str = SamplingMode.CONCAT
-    shuffle: bool = True
-    shuffle_block: int = 0
-    num_samples: int | None = None
-    cross_shard: bool = True
-    long_documents: LongDocuments = LongDocuments.SPLIT
-    split: str | None = None
-    split_name: MegatronSplit = MegatronSplit.TRAIN
-    add_extra_token: bool = True
-    drop_last_partial: bool = True
-    cache_dir: str | None = None
-    min_seq_len: int | None = None
-    max_seq_len: int | None = None
-    tokens_per_batch: int | None = None
-    curriculum: VslCurriculum | tuple[CurriculumPhase, ...] = VslCurriculum.NATURAL
-    num_cycles: int | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", _mode_value(self.mode))
-        object.__setattr__(
-            self, "split_name", to_enum(MegatronSplit, self.split_name, "sampling.split_name")
-        )
-        object.__setattr__(
-            self,
-            "long_documents",
-            to_enum(LongDocuments, self.long_documents, "sampling.long_documents"),
-        )
-        for name in ("shuffle", "cross_shard", "add_extra_token", "drop_last_partial"):
-            check_bool(getattr(self, name), f"sampling.{name}")
-        if self.num_samples is not None:
-            check_int(self.num_samples, "sampling.num_samples", 1)
-        check_int(self.shuffle_block, "sampling.shuffle_block", 0)
-        if self.shuffle_block and not self.shuffle:
-            raise ConfigError(
-                f"sampling.shuffle_block = {self.shuffle_block} needs shuffle = true (an "
-                "unshuffled stream already reads consecutive windows); remove one of them"
-            )
-        if not self.whole_documents and self.long_documents is not LongDocuments.SPLIT:
-            raise ConfigError(
-                f"sampling.long_documents = {self.long_documents.value!r} applies only to "
-                f"mode = 'packed' or 'padded', but mode = {self.mode_name!r}"
-            )
-        check_vsl_sampling(self)
-        if self.mode is SamplingMode.MEGATRON:
-            if self.split is None:  # Megatron-LM's default: the Megatron code reads a str
-                object.__setattr__(self, "split", MEGATRON_DEFAULT_SPLIT)
-            self._check_megatron()
-            return
-        self._refuse_megatron_keys()
-        self._check_split()
-        if self.cache_dir is not None:
-            check_path(self.cache_dir, "sampling.cache_dir")
-        if self.whole_documents and not self.cross_shard:
-            raise ConfigError(
-                f"sampling.cross_shard = false has no meaning with mode = {self.mode_name!r}: "
-                "items are whole documents or pieces of one, which never span two shards (a "
-                "packed sample may hold items of several shards); remove it"
-            )
-
-    def _check_megatron(self) -> None:
-        if self.num_samples is None:
-            raise ConfigError(
-                "sampling.num_samples is required with mode = 'megatron' (Megatron's "
-                "train_samples, or eval/test samples for the valid/test split)"
-            )
-        if self.shuffle_block:
-            raise ConfigError(
-                f"sampling.shuffle_block = {self.shuffle_block} has no meaning with mode = "
-                "'megatron' (Megatron's document and sample shuffles decide the order); remove it"
-            )
-        for name in ("shuffle", "cross_shard"):
-            if getattr(self, name) is not True:
-                raise ConfigError(
-                    f"sampling.{name} = false has no meaning with mode = 'megatron': Megatron "
-                    "shuffles documents and samples with its own RandomState and samples cross "
-                    "sequence boundaries; remove it"
-                )
-        self._split_shares()
-        if not self.drop_last_partial and self.split_name is not MegatronSplit.VALID:
-            raise ConfigError(
-                f"sampling.drop_last_partial = false applies only to split_name = 'valid' "
-                f"(Megatron always drops the partial last sample of {self.split_name.value!r})"
-            )
-        if self.cache_dir is not None:
-            check_path(self.cache_dir, "sampling.cache_dir")
-
-    @property
-    def mode_name(self) -> str:
-        """The mode's name (a built-in's value, or a registered mode's name)."""
-        return self.mode.value if isinstance(self.mode, SamplingMode) else self.mode
-
-    @property
-    def whole_documents(self) -> bool:
-        """A built-in whole-document mode (``packed``/``padded``) reads the keys for them."""
-        return isinstance(self.mode, SamplingMode) and self.mode.whole_documents
-
-    @property
-    def megatron_split(self) -> str:
-        """The split string ``megatron`` mode reads (Megatron-LM's default when unset)."""
-        return MEGATRON_DEFAULT_SPLIT if self.split is None else self.split
-
-    def _split_shares(self) -> list[float]:
-        """The normalized (train, valid, test) shares of ``split`` (set), checked."""
-        if not isinstance(self.split, str):
-            raise ConfigError(
-                f"sampling.split = {show(self.split)} must be a string like '969,30,1'"
-            )
-        import numpy as np  # not at `import streamload`
-
-        from streamload.plan.split import parse_split
-
-        with np.errstate(invalid="ignore"):  # a number beyond float range: refused below
-            shares = parse_split(self.split)
-        if not all(math.isfinite(share) for share in shares):
-            raise ConfigError(
-                f"sampling.split = {self.split!r} holds a number too large for a float"
-            )
-        return shares
-
-    def _check_split(self) -> None:
-        """concat, packed, padded: a split is optional (an empty part is refused when a
-        stream reads it: the data decides whether it is empty)."""
-        if self.split is not None:
-            self._split_shares()
-        elif self.split_name is not MegatronSplit.TRAIN:
-            raise ConfigError(
-                f"sampling.split_name = {self.split_name.value!r} needs sampling.split "
-                "(e.g. split = '98,2,0'); without a split every document is training data"
-            )
-
-    def _refuse_megatron_keys(self) -> None:
-        megatron_only = {
-            "add_extra_token": (self.add_extra_token, True),
-            "drop_last_partial": (self.drop_last_partial, True),
-        }
-        plans = isinstance(self.mode, SamplingMode) and self.mode.plans_documents
-        if self.cache_dir is not None and not plans:
-            raise ConfigError(
-                f"sampling.cache_dir = {show(self.cache_dir)} applies only to mode = "
-                f"'megatron', 'packed', 'padded' or 'vsl' (built indices, plans), but mode = "
-                f"{self.mode_name!r}"
-            )
-        for name, (value, default) in megatron_only.items():
-            if value != default:
-                raise ConfigError(
-                    f"sampling.{name} = {show(getattr(value, 'value', value))} applies only to "
-                    f"mode = 'megatron', but mode = {self.mode_name!r}"
-                )
-
-
-def _mode_value(value: object) -> SamplingMode | str:
-    """A built-in mode as its :class:`SamplingMode`, a registered one by its name."""
-    if isinstance(value, SamplingMode):
-        return value
-    if isinstance(value, str) and value not in {m.value for m in SamplingMode}:
-        from streamload.config.modes import mode_plugin  # the registry names the valid modes
-
-        return str(mode_plugin(value).name)
-    return to_enum(SamplingMode, value, "sampling.mode")
 
 
 def evaluation_sampling(
@@ -258,11 +59,12 @@ def evaluation_sampling(
             given in megatron mode or not a bool.
     """
     name = to_enum(MegatronSplit, split, "split")
-    if sampling.mode is SamplingMode.MEGATRON:
+    if mode_plugin(sampling.mode_name).own_evaluation_pass:
         if shuffle is not None:
             raise ConfigError(
-                f"shuffle = {show(shuffle)} has no meaning with mode = 'megatron': Megatron's "
-                "document and sample shuffles decide the order of its valid and test sets"
+                f"shuffle = {show(shuffle)} has no meaning with mode = {sampling.mode_name!r}: "
+                "its own shuffles decide the order of its valid and test sets (megatron: "
+                "Megatron's document and sample shuffles)"
             )
         return replace(sampling, split_name=name)
     keep = False if shuffle is None else shuffle

@@ -5,7 +5,9 @@ A mode turns described sources into the global sample stream. It is one folder o
 defines ``MODE = ModeSpec(...)``, found by name in :mod:`streamload.config.modes`. Shared code
 never branches on a mode's name or type; it asks the mode:
 
-* the config layer: :meth:`ModeSpec.check_config` and :attr:`ModeSpec.blends_sources`;
+* the config layer: :attr:`ModeSpec.options` (the mode's own ``[sampling]`` keys),
+  :attr:`ModeSpec.check_sampling`, :meth:`ModeSpec.check_config` and
+  :attr:`ModeSpec.blends_sources`;
 * ``build_loader``: :meth:`ModeSpec.build` (the stream), :meth:`ModeSpec.batch_size`,
   :meth:`ModeSpec.check_evaluation`;
 * the nodes and the tools: the stream's :class:`~streamload.streams.layout.BatchLayout`;
@@ -62,6 +64,14 @@ class ModeSpec:
     Args:
         name: The ``sampling.mode`` value.
         build: Describe the sources (listing and headers) and build the stream of a config.
+        options: The frozen dataclass of the mode's own ``[sampling]`` keys (``None``: it
+            has none); its ``__post_init__`` checks them, naming ``sampling.<key>``.
+        check_sampling: Checks of the shared ``[sampling]`` keys in this mode (e.g. megatron
+            needs ``num_samples``); it may fill a default the mode implies.
+        uses_cache_dir: ``sampling.cache_dir`` means something here (built indices, plans).
+        own_evaluation_pass: An evaluation loader walks the mode's own pass of the split
+            (megatron: Megatron's dataset of that split, in its order, ``shuffle`` refused);
+            else every source's split once, the sources one after another.
         check: Checks of the whole config in this mode (``None``: the common checks only).
         blends_sources: Several sources (or a ``[[schedule]]``) form a weighted mixture
             allocated per optimizer step (megatron: no, it blends by its own rule).
@@ -81,6 +91,10 @@ class ModeSpec:
 
     name: str
     build: Callable[[DataConfig], SampleStream]
+    options: type | None = None
+    check_sampling: Callable[[Any], None] | None = None
+    uses_cache_dir: bool = False
+    own_evaluation_pass: bool = False
     check: Callable[[DataConfig], None] | None = None
     blends_sources: bool = True
     derive_batch_size: Callable[[DataConfig, int | None, int], int] | None = None

@@ -70,7 +70,7 @@ class EvaluationStream:
         self.ended_by: str | None = None
         # a padded last batch: labels can be -100 where no mode of its own pads
         self.layout = replace(inner.layout, evaluation=True, label_padding=True)
-        self.own_pass = inner.layout.own_evaluation_pass
+        self.own_pass = mode_plugin(inner.config.sampling.mode_name).own_evaluation_pass
         counts = [0] if self.own_pass else [s.num_windows for s in inner.sources]
         self._firsts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         length = inner.pass_length if self.own_pass else int(self._firsts[-1])

@@ -30,9 +30,6 @@ class BatchLayout:
         traced: ``show`` can trace a row's positions back to shard offsets.
         epoch_is_pass: A source-local sample id is numbered within its pass (``show``
             reports the pass as its epoch).
-        own_evaluation_pass: An evaluation loader walks the stream's own pass of the split
-            (megatron: Megatron's dataset of that split); else every source's split once,
-            the sources one after another.
         evaluation: The stream is an evaluation pass (its last global batch padded, every
             batch with ``sample_mask``): set by the evaluation wrapper, never by a mode.
     """
@@ -45,5 +42,4 @@ class BatchLayout:
     documents: str | None = None
     traced: bool = True
     epoch_is_pass: bool = False
-    own_evaluation_pass: bool = False
     evaluation: bool = False

@@ -127,3 +127,15 @@ def test_unknown_and_taken_names_are_refused(docs: Corpus) -> None:
     unregister_mode("reversed")
     with pytest.raises(ConfigError, match="is not one of"):
         load_config(config(docs))
+
+
+def test_its_own_sampling_keys_are_its_options(docs: Corpus) -> None:
+    plain = list(build_loader(config(docs, "concat"), batch_size=4))
+    kept = list(build_loader(config(docs, reverse=False), batch_size=4))
+    assert_batches_equal(plain, kept)  # reverse = false: concat's windows as they are
+    cfg = load_config(config(docs, reverse=False))
+    assert cfg.sampling.reverse is False and cfg.to_dict()["sampling"]["reverse"] is False
+    assert load_config(cfg.to_dict()) == cfg
+    assert "reverse" not in load_config(config(docs, "concat")).to_dict()["sampling"]
+    with pytest.raises(ConfigError, match=r"sampling.reverse = False applies only to mode = 're"):
+        load_config(config(docs, "concat", reverse=False))

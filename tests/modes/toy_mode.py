@@ -8,6 +8,7 @@ fingerprint entry), and a :class:`~streamload.modes.ModeSpec` naming it. Nothing
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,14 @@ import numpy as np
 from streamload.modes import ModeSpec
 from streamload.streams import ChunkPlan, SourceStream, StreamCursor, TokenChunk
 
-__all__ = ["REVERSED", "ReversedStream"]
+__all__ = ["REVERSED", "ReversedOptions", "ReversedStream"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReversedOptions:
+    """The toy mode's own ``[sampling]`` key: ``reverse = false`` reads windows as concat."""
+
+    reverse: bool = True
 
 
 class ReversedStream(SourceStream):
@@ -29,12 +37,13 @@ class ReversedStream(SourceStream):
         for index in np.unique(src).tolist():
             rows = np.flatnonzero(src == index)
             part, part_starts = self.sources[index].read(local[rows])
-            tokens[rows], starts[rows] = part[:, ::-1], part_starts
+            flip = self.config.sampling.reverse  # the mode's own option
+            tokens[rows], starts[rows] = (part[:, ::-1] if flip else part), part_starts
         return TokenChunk(plan, tokens, starts, None)
 
     def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
         return {**super().fingerprint(cursor), "reversed": True}
 
 
-REVERSED = ModeSpec(name="reversed", build=ReversedStream.from_config)
-"""The toy mode's plug-in: only a name and a builder."""
+REVERSED = ModeSpec(name="reversed", build=ReversedStream.from_config, options=ReversedOptions)
+"""The toy mode's plug-in: a name, a builder and its options."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from streamload.modes.base import ModeSpec
+from streamload.modes.megatron.options import MegatronOptions, check_megatron_sampling
 
 if TYPE_CHECKING:
     from streamload.config import DataConfig
@@ -27,6 +28,15 @@ def _build(config: DataConfig) -> SampleStream:
     return MegatronStream.from_config(config)
 
 
-MODE = ModeSpec(name="megatron", build=_build, check=_check, blends_sources=False)
+MODE = ModeSpec(
+    name="megatron",
+    build=_build,
+    options=MegatronOptions,
+    check_sampling=check_megatron_sampling,
+    uses_cache_dir=True,
+    own_evaluation_pass=True,
+    check=_check,
+    blends_sources=False,
+)
 """The megatron mode's plug-in: several sources blend by Megatron's own rule, not by the
 per-step mixture allocation."""

@@ -47,9 +47,9 @@ class MegatronStream:
         catalogs: Described sources, one per ``config.sources`` entry.
     """
 
-    layout = BatchLayout(label_padding=True, traced=False, own_evaluation_pass=True)
-    """Megatron pads its last sample (pad -1), ``show`` cannot trace its samples to shard
-    offsets, and an evaluation pass is Megatron's own dataset of the split."""
+    layout = BatchLayout(label_padding=True, traced=False)
+    """Megatron pads its last sample (pad -1), and ``show`` cannot trace its samples to shard
+    offsets."""
 
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from streamload.modes.base import ModeSpec
+from streamload.modes.packed.options import PackedOptions, check_packed_sampling
 
 if TYPE_CHECKING:
     from streamload.config import DataConfig
@@ -43,11 +44,16 @@ def _plan_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
-PACKED = ModeSpec(
-    name="packed", build=_build, check=_check, plan_report=_plan_report, plan_lines=_plan_lines
-)
+_SHARED: dict[str, Any] = {
+    "build": _build,
+    "options": PackedOptions,
+    "check_sampling": check_packed_sampling,
+    "uses_cache_dir": True,
+    "check": _check,
+    "plan_report": _plan_report,
+    "plan_lines": _plan_lines,
+}
+PACKED = ModeSpec(name="packed", **_SHARED)
 """The packed mode's plug-in."""
-PADDED = ModeSpec(
-    name="padded", build=_build, check=_check, plan_report=_plan_report, plan_lines=_plan_lines
-)
+PADDED = ModeSpec(name="padded", **_SHARED)
 """The padded mode's plug-in (one item per sample)."""

@@ -1,13 +1,14 @@
 """``sampling.mode = "vsl"``: variable sequence lengths, pieces of documents of power-of-two
 lengths ordered by a curriculum (docs/vsl.md): a source's pieces (:mod:`.plan_cache`,
 :mod:`.source`), the stream (:mod:`.stream`, :mod:`.draws`) and its report (:mod:`.report`).
-Its ``[sampling]`` keys are checked by :mod:`streamload.config.vsl`."""
+Its ``[sampling]`` keys: :mod:`.options`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from streamload.modes.base import ModeSpec, SamplesRequest
+from streamload.modes.vsl.options import VslOptions, check_vsl_sampling
 
 if TYPE_CHECKING:
     from streamload.config import DataConfig
@@ -17,7 +18,7 @@ __all__ = ["MODE"]
 
 
 def _check(config: DataConfig) -> None:
-    from streamload.config.vsl import check_vsl_config
+    from streamload.modes.vsl.options import check_vsl_config
 
     check_vsl_config(config)
 
@@ -29,7 +30,7 @@ def _build(config: DataConfig) -> SampleStream:
 
 
 def _batch_size(config: DataConfig, batch_size: int | None, world_size: int) -> int:
-    from streamload.config.vsl import vsl_batch_size
+    from streamload.modes.vsl.options import vsl_batch_size
 
     return vsl_batch_size(config, batch_size, world_size)
 
@@ -61,6 +62,9 @@ def _write_samples(stream: Any, request: SamplesRequest) -> str:
 MODE = ModeSpec(
     name="vsl",
     build=_build,
+    options=VslOptions,
+    check_sampling=check_vsl_sampling,
+    uses_cache_dir=True,
     check=_check,
     derive_batch_size=_batch_size,
     no_evaluation=(

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from streamload.config.vsl import curriculum_name, vsl_batch_size
 from streamload.errors import ConfigError
 from streamload.modes.base import SamplesRequest
+from streamload.modes.vsl.options import curriculum_name, vsl_batch_size
 from streamload.modes.vsl.stream import VslStream
 from streamload.streams.chunks import ChunkPlan
 from streamload.util.files import atomic_output

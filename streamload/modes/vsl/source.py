@@ -47,7 +47,7 @@ class VslSource(TokenSource):
             lambda: source_document_bounds(config, catalog, self.shards, span),
             span,
         )
-        tokens = int(sampling.tokens_per_batch)  # type: ignore[arg-type]  # checked by config
+        tokens = int(sampling.tokens_per_batch)  # checked by config
         self.rows = tuple(tokens // length for length in self.pieces.lengths)
         """Pieces per global batch of each bucket."""
         self.epoch_slots = 0

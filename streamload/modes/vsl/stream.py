@@ -32,9 +32,9 @@ import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
-from streamload.config.vsl import default_cycles, table_weights
 from streamload.errors import ConfigError
 from streamload.modes.vsl.draws import VslDraws
+from streamload.modes.vsl.options import default_cycles, table_weights
 from streamload.modes.vsl.plan_cache import LAYOUT
 from streamload.modes.vsl.source import VslSource
 from streamload.plan.mixture import Phase, phase_at

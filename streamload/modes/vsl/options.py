@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CurriculumPhase",
+    "VslOptions",
     "VslCurriculum",
     "check_vsl_config",
     "check_vsl_sampling",
@@ -116,9 +117,6 @@ def _table(value: Any) -> tuple[CurriculumPhase, ...]:
     return tuple(phases)
 
 
-_VSL_KEYS = ("min_seq_len", "max_seq_len", "tokens_per_batch", "num_cycles")
-"""``[sampling]`` keys that only ``vsl`` mode reads (``curriculum`` has a default)."""
-
 MAX_BUCKETS = 24
 """Lengths from ``min_seq_len`` to ``max_seq_len`` may span at most this many powers of two."""
 
@@ -128,47 +126,54 @@ def default_cycles(curriculum: Any) -> int:
     return 8 if curriculum is VslCurriculum.CYCLIC_P2 else 1
 
 
-def check_vsl_sampling(sampling: Any) -> None:
-    """Check (and normalize) the ``[sampling]`` keys of vsl mode on a ``SamplingConfig``;
-    outside vsl mode, refuse them when set."""
-    from streamload.config.options import SamplingMode
+@dataclass(frozen=True, kw_only=True)
+class VslOptions:
+    """The ``[sampling]`` keys of vsl mode.
 
-    value = sampling.curriculum
-    if isinstance(value, (list, tuple)):
-        curriculum: Curriculum = _table(value)
-    else:
-        curriculum = to_enum(VslCurriculum, value, "sampling.curriculum")
-    object.__setattr__(sampling, "curriculum", curriculum)
-    if sampling.mode is not SamplingMode.VSL:
-        given = [k for k in _VSL_KEYS if getattr(sampling, k) is not None]
-        if sampling.curriculum is not VslCurriculum.NATURAL:
-            given.append("curriculum")
-        if given:
-            value = getattr(sampling, given[0])
-            raise ConfigError(
-                f"sampling.{given[0]} = {show(getattr(value, 'value', value))} applies only to "
-                f"mode = 'vsl', but mode = {sampling.mode_name!r}"
-            )
-        return
-    for name in ("min_seq_len", "tokens_per_batch"):
-        if getattr(sampling, name) is None:
-            raise ConfigError(f"sampling.{name} is required with mode = 'vsl'")
-    for name in ("min_seq_len", "max_seq_len"):
-        value = getattr(sampling, name)
-        if value is not None:
-            check_int(value, f"sampling.{name}", 1)
-            _check_power_of_two(value, f"sampling.{name}")
-    check_int(sampling.tokens_per_batch, "sampling.tokens_per_batch", 1)
-    if sampling.num_cycles is not None:
-        check_int(sampling.num_cycles, "sampling.num_cycles", 1)
-        if not isinstance(sampling.curriculum, VslCurriculum) or (
-            sampling.curriculum is VslCurriculum.NATURAL
-        ):
-            name = curriculum_name(sampling.curriculum)
-            raise ConfigError(
-                f"sampling.num_cycles = {sampling.num_cycles} has no meaning with curriculum = "
-                f"{name!r}; use grow_p2, grow_linear or cyclic_p2"
-            )
+    Args:
+        min_seq_len: The shortest piece (a power of two; required).
+        max_seq_len: The longest piece (a power of two; default ``seq_len``, which it must
+            equal).
+        tokens_per_batch: Input tokens per global batch (required; a multiple of
+            ``max_seq_len``).
+        curriculum: The order of an epoch's batches by length: a :class:`VslCurriculum`, or
+            a table (``[[sampling.curriculum]]``) of weights per length by epoch step.
+        num_cycles: Cycles per epoch of ``grow_p2``, ``grow_linear`` or ``cyclic_p2``.
+    """
+
+    min_seq_len: int | None = None
+    max_seq_len: int | None = None
+    tokens_per_batch: int | None = None
+    curriculum: Curriculum = VslCurriculum.NATURAL
+    num_cycles: int | None = None
+
+    def __post_init__(self) -> None:
+        value = self.curriculum
+        if isinstance(value, (list, tuple)):
+            curriculum: Curriculum = _table(value)
+        else:
+            curriculum = to_enum(VslCurriculum, value, "sampling.curriculum")
+        object.__setattr__(self, "curriculum", curriculum)
+        for name in ("min_seq_len", "tokens_per_batch"):
+            if getattr(self, name) is None:
+                raise ConfigError(f"sampling.{name} is required with mode = 'vsl'")
+        for name in ("min_seq_len", "max_seq_len"):
+            length = getattr(self, name)
+            if length is not None:
+                check_int(length, f"sampling.{name}", 1)
+                _check_power_of_two(length, f"sampling.{name}")
+        check_int(self.tokens_per_batch, "sampling.tokens_per_batch", 1)
+        if self.num_cycles is not None:
+            check_int(self.num_cycles, "sampling.num_cycles", 1)
+            if not isinstance(curriculum, VslCurriculum) or curriculum is VslCurriculum.NATURAL:
+                raise ConfigError(
+                    f"sampling.num_cycles = {self.num_cycles} has no meaning with curriculum = "
+                    f"{curriculum_name(curriculum)!r}; use grow_p2, grow_linear or cyclic_p2"
+                )
+
+
+def check_vsl_sampling(sampling: Any) -> None:
+    """The shared ``[sampling]`` keys vsl mode cannot honour."""
     _refuse_other_keys(sampling)
 
 
@@ -257,7 +262,7 @@ def vsl_batch_size(config: DataConfig, batch_size: int | None, world_size: int) 
         ConfigError: the global batch's slots do not split over ``world_size`` ranks, or
             ``batch_size`` is another number.
     """
-    slots = int(config.sampling.tokens_per_batch) // config.seq_len  # type: ignore[arg-type]
+    slots = int(config.sampling.tokens_per_batch) // config.seq_len
     where = (
         f"tokens_per_batch = {config.sampling.tokens_per_batch} is {slots} slots of "
         f"max_seq_len = {config.seq_len} inputs"
