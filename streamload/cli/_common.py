@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamload.config import SourceConfig
@@ -11,7 +13,13 @@ if TYPE_CHECKING:
     from streamload.catalog.sources import SourceCatalog
     from streamload.formats.base import TokenShard
 
-__all__ = ["add_data_arguments", "catalog_from_args", "open_all"]
+__all__ = [
+    "DeprecatedAlias",
+    "add_data_arguments",
+    "add_pass_argument",
+    "catalog_from_args",
+    "open_all",
+]
 
 
 def add_data_arguments(parser: Any) -> None:
@@ -44,3 +52,38 @@ def open_all(catalog: SourceCatalog) -> list[TokenShard]:
     from streamload.formats.registry import open_shard
 
     return [open_shard(info) for info in catalog.shards]
+
+
+class DeprecatedAlias(argparse.Action):
+    """An old option name that still works, hidden from ``--help``: stores its value under
+    the new option's ``dest`` and says on stderr which name to use (``new_name``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        self.new_name = kwargs.pop("new_name")
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(f"{parser.prog}: {option_string} is deprecated; use {self.new_name}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_pass_argument(parser: Any) -> None:
+    """``--pass P`` (``dest="pass_index"``; the state's and ``show``'s word), and ``--epoch``,
+    its old name in ``samples``, as a hidden deprecated alias."""
+    parser.add_argument(
+        "--pass",
+        dest="pass_index",
+        metavar="P",
+        type=int,
+        default=0,
+        help="pass (epoch) index; default 0",
+    )
+    parser.add_argument(
+        "--epoch", dest="pass_index", type=int, action=DeprecatedAlias, new_name="--pass"
+    )

@@ -40,7 +40,10 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument(
-        "--plot", metavar="FILE.png", help="plot indexed document lengths (needs matplotlib)"
+        "--plot",
+        metavar="FILE.png",
+        help="plot document lengths (needs matplotlib): indexed ones, and with --eos those "
+        "of formats without an index; exits 2 when no shard has document boundaries",
     )
     p.set_defaults(run=run)
 
@@ -84,17 +87,20 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from streamload.formats.registry import get_format
-    from streamload.tools.documents import count_documents
+    from streamload.tools.documents import count_documents, document_bounds
 
     eos = eos_of(args)
     catalog = catalog_from_args(args, eos_token_id=eos)
-    shards, lengths, unindexed, counted = [], [], set(), False
+    shards, lengths, eos_lengths, unindexed, counted = [], [], [], set(), False
     for info, shard in zip(catalog.shards, open_all(catalog), strict=True):
         bounds = shard.document_bounds() if get_format(info.format).has_documents else None
         docs: int | None = None
         if bounds is not None:
             docs = len(bounds) - 1
             lengths.append(np.diff(np.asarray(bounds)))
+        elif eos is not None and args.plot:  # the plot needs each length, not just the count
+            eos_lengths.append(np.diff(document_bounds(shard, eos)))
+            docs, counted = len(eos_lengths[-1]), True
         elif eos is not None:
             docs, counted = count_documents(shard, eos), True
         else:
@@ -125,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         _print_table(report, all_lengths)
         _print_document_note(sorted(unindexed), eos if counted else None)
     if args.plot:
-        _plot(all_lengths, args.plot)
+        _plot(np.concatenate([all_lengths, *eos_lengths]), args.plot)
     return 0
 
 
@@ -164,14 +170,14 @@ def _print_table(report: dict[str, Any], lengths: np.ndarray) -> None:
 def _plot(lengths: np.ndarray, path: str) -> None:
     import numpy as np
 
-    try:
-        import matplotlib
+    from streamload.tools.report_plot import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib: pip install 'streamload[plot]'")
-        return
+    if lengths.size == 0:
+        raise ConfigError(
+            "--plot: no document lengths to plot: these shards record no document boundaries "
+            "(pass --eos ID to split them at an EOS token)"
+        )
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     edges = np.logspace(0, np.log10(max(2, lengths.max())), 50).tolist()
     ax.hist(np.maximum(lengths, 1), bins=edges)
@@ -180,4 +186,5 @@ def _plot(lengths: np.ndarray, path: str) -> None:
     ax.set_ylabel("documents")
     fig.tight_layout()
     fig.savefig(path)
+    plt.close(fig)
     print(f"wrote {path}")

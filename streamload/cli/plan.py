@@ -1,5 +1,12 @@
 """``streamload plan``: the realized mixture per phase and per source epoch, from the plan alone;
-each source's split bounds; packed/padded modes: what an epoch holds."""
+each source's split bounds; packed/padded modes: what an epoch holds.
+
+``--plot FILE`` always writes a plot or exits 2 saying why not: the mode's own plot (vsl: its
+curriculum), else a mixture's cumulative shares over the ``--steps`` planned, else the
+report's per-source sections (packed/padded: an epoch's data, padding and truncated tokens;
+``sampling.split``: the split bounds); a single-source config with none of these has nothing
+to plot.
+"""
 
 from __future__ import annotations
 
@@ -27,52 +34,64 @@ def add_parser(sub: Any) -> None:
         help="TOML/YAML/JSON data config (a mixture; with sampling.split: each source's split "
         "bounds; packed/padded: also the packing)",
     )
-    p.add_argument("--steps", type=int, help="global steps to plan (a mixture's report)")
+    p.add_argument(
+        "--steps",
+        type=int,
+        help="global steps to plan (required for a mixture's report; >= 0, within its pass)",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--plot", metavar="FILE.png", help="plot cumulative shares (needs matplotlib)")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="plot the report (needs matplotlib): vsl: its curriculum; a mixture: cumulative "
+        "shares per step; else packed/padded packing and split bounds per source; exits 2 "
+        "when there is nothing to plot",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; returns the exit code."""
     from streamload.modes import build_stream
-    from streamload.tools.report import mixture_report, split_report
+    from streamload.tools.report import check_plan_steps, mixture_report, split_report
 
     stream = build_stream(load_config(args.config))
+    steps = check_plan_steps(stream, args.steps)
     mode = get_mode(stream.config.sampling.mode_name)
     # the stream's shape, what the mode adds (packed/padded: an epoch of each source; vsl:
     # its lengths), where each source's splits lie, and a mixture's realized shares per step
     report: dict[str, Any] = {"stream": _summary(stream)}
     if mode.plan_report is not None:
-        report.update(mode.plan_report(stream, args.steps))
+        report.update(mode.plan_report(stream, steps))
     splits = split_report(stream)
     if splits:
         report["splits"] = splits
     mixture = mode.mixture_report and stream.is_mixture
     if mixture:
-        if args.steps is None:
+        if steps is None:
             raise ConfigError(
                 "streamload plan: --steps N is required for a mixture's report (global steps "
                 "to plan)"
             )
-        report.update(mixture_report(stream, args.steps))
+        report.update(mixture_report(stream, steps))
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         _print(report, mode)
     if args.plot:
-        _plot_report(stream, mode, args.plot, args.steps if mixture else None)
+        _plot_report(stream, mode, report, args.plot)
     return 0
 
 
-def _plot_report(stream: SampleStream, mode: ModeSpec, path: str, steps: int | None) -> None:
-    if mode.plot is not None:
-        if mode.plot(stream, path):
-            print(f"wrote {path}")
-        else:
-            print("--plot needs matplotlib: pip install 'streamload[plot]'")
-    elif stream.is_mixture and steps is not None:
-        _plot(stream, steps, path)
+def _plot_report(stream: SampleStream, mode: ModeSpec, report: dict[str, Any], path: str) -> None:
+    from streamload.tools.report_plot import NEEDS_MATPLOTLIB, plot_plan
+
+    if mode.plot is None:
+        plot_plan(stream, report, path)
+    elif mode.plot(stream, path):
+        print(f"wrote {path}")
+    else:
+        raise ConfigError(NEEDS_MATPLOTLIB)
 
 
 def _summary(stream: SampleStream) -> dict[str, Any]:
@@ -131,30 +150,3 @@ def _print_split(name: str, info: dict[str, Any]) -> None:
             first, end = bounds["documents"]
             where = f"{info['rule']} [{first:,}, {end:,}), {where}"
         print(f"  {part:<6} {where}" + ("  (empty)" if tokens[0] == tokens[1] else ""))
-
-
-def _plot(stream: SampleStream, steps: int, path: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("--plot needs matplotlib: pip install 'streamload[plot]'")
-        return
-    import numpy as np
-
-    from streamload.tools.report import batch_source_counts
-
-    counts = batch_source_counts(stream, steps)
-    shares = np.cumsum(counts, axis=0) / np.cumsum(counts.sum(axis=1))[:, None]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.stackplot(np.arange(steps), shares.T, labels=[s.name for s in stream.sources])
-    for phase in stream.phases[1:]:
-        ax.axvline(phase.start_step, color="black", linestyle="--", linewidth=0.8)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cumulative share of samples")
-    ax.legend(loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path)
-    print(f"wrote {path}")

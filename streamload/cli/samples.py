@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from streamload.cli._common import add_pass_argument
 from streamload.config import load_config
 from streamload.errors import ConfigError
 from streamload.modes import SamplesRequest, get_mode
@@ -41,7 +42,7 @@ def add_parser(sub: Any) -> None:
         "--start", type=int, required=True, help="first global sample position K (vsl: step)"
     )
     p.add_argument("--count", type=int, required=True, help="number of positions N (vsl: steps)")
-    p.add_argument("--epoch", type=int, default=0, help="pass (epoch) index; default 0")
+    add_pass_argument(p)
     p.add_argument("--rank", type=int, help="keep only the rows this DP rank receives")
     p.add_argument("--world-size", type=int, help="DP world size W (with --rank)")
     p.add_argument("--batch-size", type=int, help="per-rank batch size b (with --rank)")
@@ -87,7 +88,13 @@ def run(args: argparse.Namespace) -> int:
 
     stream = build_stream(load_config(args.config))
     request = SamplesRequest(
-        args.epoch, args.start, args.count, args.rank, args.world_size, args.batch_size, args.out
+        args.pass_index,
+        args.start,
+        args.count,
+        args.rank,
+        args.world_size,
+        args.batch_size,
+        args.out,
     )
     write = get_mode(stream.config.sampling.mode_name).write_samples or write_rows
     print(write(stream, request))

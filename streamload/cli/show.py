@@ -14,6 +14,7 @@ import argparse
 import json
 from typing import Any
 
+from streamload.cli._common import add_pass_argument
 from streamload.config import load_config
 from streamload.errors import ConfigError
 
@@ -25,9 +26,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("show", help="print the samples the loader delivered at a step")
     p.add_argument("config", help="TOML/YAML/JSON data config")
     p.add_argument("--step", type=int, required=True, help="global step N, counted in its pass")
-    p.add_argument(
-        "--pass", "--epoch", dest="pass_index", type=int, default=0, help="pass (epoch); default 0"
-    )
+    add_pass_argument(p)
     p.add_argument("--rank", type=int, help="show only this DP rank's batch (default: all)")
     p.add_argument("--world-size", type=int, help="DP world size W the run used (default 1)")
     p.add_argument(

@@ -32,9 +32,18 @@ _OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
         ("--tokenizer", "--tokenizer.name_or_path", "--tokenizer-name-or-path"),
         {"help": "path of a HuggingFace tokenizer.json"},
     ),
-    (("--bos-token-id", "--tokenizer.bos_token_id", "--bos_token_id"), {"type": int}),
-    (("--eos-token-id", "--tokenizer.eos_token_id", "--eos_token_id"), {"type": int}),
-    (("--pad-token-id", "--tokenizer.pad_token_id", "--pad_token_id"), {"type": int}),
+    (
+        ("--bos-token-id", "--tokenizer.bos_token_id", "--bos_token_id"),
+        {"type": int, "help": "token id prepended to each document that does not start with it"},
+    ),
+    (
+        ("--eos-token-id", "--tokenizer.eos_token_id", "--eos_token_id"),
+        {"type": int, "help": "token id appended to each document that does not end with it"},
+    ),
+    (
+        ("--pad-token-id", "--tokenizer.pad_token_id", "--pad_token_id"),
+        {"type": int, "help": "padding id, recorded only (as dolma); must fit the dtype"},
+    ),
     (
         (
             "--segment-before-tokenization",
@@ -53,7 +62,14 @@ _OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--dtype",), {"help": "token dtype (default: the smallest that holds the vocabulary)"}),
     (("--max-size", "--max_size"), {"type": int, "help": "tokens per file (fewer than this)"}),
     (("--processes",), {"type": int, "help": "worker processes (default 1)"}),
-    (("--files-per-process", "--files_per_process"), {"type": int}),
+    (
+        ("--files-per-process", "--files_per_process"),
+        {
+            "type": int,
+            "help": "input files per group, one set of outputs each (default: the files "
+            "spread over --processes groups)",
+        },
+    ),
     (("--ring-size", "--ring_size"), {"type": int, "help": "files open at once (default 8)"}),
     (("--batch-size", "--batch_size"), {"type": int, "help": "documents per shuffle (10000)"}),
     (("--seed",), {"type": int, "help": "seed of the file order and batch shuffles"}),
@@ -66,7 +82,13 @@ _OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
             "a loss mask beside every output file (default: none)"
         },
     ),
-    (("--work-dir.input", "--work_dir.input", "--work-dir-input"), {"dest": "work_dir_input"}),
+    (
+        ("--work-dir.input", "--work_dir.input", "--work-dir-input"),
+        {
+            "dest": "work_dir_input",
+            "help": "accepted for dolma compatibility (inputs are streamed, not copied)",
+        },
+    ),
     (
         ("--work-dir.output", "--work_dir.output", "--work-dir-output"),
         {"dest": "work_dir_output", "help": "scratch folder for files being written"},

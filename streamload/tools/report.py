@@ -9,73 +9,145 @@ per source, samples drawn, epochs completed and the step where each epoch began;
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from streamload.config import SamplingMode
+from streamload.config.checks import INT64_MAX, check_count
 from streamload.errors import ConfigError
-from streamload.plan.mixture import MixtureCursor, counts_for
+from streamload.plan.mixture_counts import count_blocks
 from streamload.plan.split import SPLIT_NAMES, split_bookends
 from streamload.streams.interface import SampleStream
 
-__all__ = ["MAX_EPOCH_STEPS", "batch_source_counts", "mixture_report", "split_report"]
+__all__ = [
+    "MAX_EPOCH_STEPS",
+    "check_plan_steps",
+    "cumulative_shares",
+    "mixture_report",
+    "split_report",
+]
 
 MAX_EPOCH_STEPS = 20
 """Epoch start steps listed per source."""
 
 
-def batch_source_counts(stream: SampleStream, steps: int) -> np.ndarray:
-    """Samples per source in each of the first ``steps`` global batches, int64 ``[steps, S]``."""
+def check_plan_steps(stream: SampleStream, steps: int | None) -> int | None:
+    """``--steps N`` checked as ``show --step`` checks its step: an integer from 0; for a
+    mixture, at most the steps of its pass (``num_samples``) and no more samples than int64
+    counts, the state's limit.
+
+    Raises:
+        ConfigError: a negative N, or one beyond what the stream holds.
+    """
+    if steps is None:
+        return None
+    steps = check_count(steps, "--steps", 0)
+    batch = stream.config.global_batch_size
+    if not stream.is_mixture or batch is None:
+        return steps
+    length = stream.pass_length
+    if length is not None and steps > length // batch:
+        raise ConfigError(
+            f"--steps {steps} lies beyond the end of the pass, which holds {length // batch} "
+            f"steps (num_samples = {length}, global_batch_size = {batch})"
+        )
+    return check_count(steps, "--steps", 0, INT64_MAX // batch)
+
+
+def _step_blocks(stream: SampleStream, steps: int) -> Iterator[np.ndarray]:
+    """Samples per source of each of the first ``steps`` global steps, int64 ``[n, S]``
+    blocks in order (bounded memory: :func:`streamload.plan.mixture.count_blocks`)."""
     batch = stream.config.global_batch_size
     if not stream.is_mixture or batch is None:
         raise ConfigError("streamload plan needs a mixture config with global_batch_size")
-    cursor = MixtureCursor.start(len(stream.sources))
-    drawn = np.zeros(len(stream.sources), dtype=np.int64)
-    phase_drawn, phase_step = drawn.copy(), cursor.phase_step
-    out = np.empty((steps, len(stream.sources)), dtype=np.int64)
-    for step in range(steps):
-        counts, phase_step, phase_drawn = counts_for(
-            stream.phases, batch, step, phase_step, drawn, phase_drawn
-        )
-        out[step] = counts
-        drawn += counts
-    return out
+    return count_blocks(stream.phases, batch, steps)
+
+
+class _Tally:
+    """Running sums of a mixture's steps, one block at a time."""
+
+    def __init__(self, stream: SampleStream) -> None:
+        self.stream = stream
+        self.batch = stream.config.global_batch_size or 0
+        sources = len(stream.sources)
+        self.step = 0
+        self.drawn = np.zeros(sources, dtype=np.int64)
+        self.per_phase = np.zeros((len(stream.phases), sources), dtype=np.int64)
+        self.deviation = np.zeros(len(stream.phases))
+        self.epoch_starts: list[list[int]] = [[0] for _ in stream.sources]
+
+    def add(self, counts: np.ndarray) -> None:
+        """Count the next ``len(counts)`` steps."""
+        steps = self.step + np.arange(len(counts))
+        phase = np.searchsorted([p.start_step for p in self.stream.phases], steps, side="right")
+        for index in np.unique(phase - 1).tolist():
+            part = counts[phase - 1 == index]
+            target = np.asarray(self.stream.phases[index].weights) * self.batch
+            self.per_phase[index] += part.sum(axis=0)
+            self.deviation[index] = max(self.deviation[index], np.abs(part - target).max())
+        cumulative = self.drawn + np.cumsum(counts, axis=0)
+        for index, source in enumerate(self.stream.sources):
+            starts = self.epoch_starts[index]
+            epochs = np.arange(len(starts), MAX_EPOCH_STEPS + 1) * source.num_windows
+            # epoch m starts in the step that draws the source's sample m * windows
+            found = np.searchsorted(cumulative[:, index], epochs, side="right")
+            starts.extend(self.step + found[found < len(counts)])
+        self.drawn = cumulative[-1]
+        self.step += len(counts)
 
 
 def mixture_report(stream: SampleStream, steps: int) -> dict[str, Any]:
-    """Phases (target vs realized shares, worst per-batch deviation) and per-source epochs."""
-    counts = batch_source_counts(stream, steps)
-    batch = int(counts[0].sum()) if steps else 0
+    """Phases (target vs realized shares, worst per-batch deviation) and per-source epochs of
+    the first ``steps`` global steps, walked in blocks (memory does not grow with ``steps``)."""
+    tally = _Tally(stream)
+    for counts in _step_blocks(stream, steps):
+        tally.add(counts)
     names = [s.name for s in stream.sources]
     phases = []
     bounds = [p.start_step for p in stream.phases] + [steps]
-    for phase, (lo, hi) in zip(stream.phases, itertools.pairwise(bounds), strict=True):
+    for index, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         hi = min(hi, steps)
         if lo >= hi:
             continue
-        part = counts[lo:hi]
-        target = np.asarray(phase.weights)
+        part, target = tally.per_phase[index], np.asarray(stream.phases[index].weights)
         phases.append({
             "start_step": lo, "end_step": hi,
             "weights": dict(zip(names, target.round(6).tolist(), strict=True)),
-            "realized": dict(zip(names, (part.sum(0) / part.sum()).round(6).tolist(), strict=True)),
-            "max_batch_deviation": float(np.abs(part - target * batch).max()),
+            "realized": dict(zip(names, (part / part.sum()).round(6).tolist(), strict=True)),
+            "max_batch_deviation": float(tally.deviation[index]),
         })  # fmt: skip
-    cumulative = np.cumsum(counts, axis=0)
-    sources = {}
-    for index, source in enumerate(stream.sources):
-        drawn = cumulative[:, index]
-        epoch_steps = np.searchsorted(
-            drawn, np.arange(1, 1 + MAX_EPOCH_STEPS) * source.num_windows, side="right"
-        )
-        sources[source.name] = {
+    sources = {
+        source.name: {
             "windows": source.num_windows,
-            "samples": int(drawn[-1]) if steps else 0,
-            "epochs_completed": int(drawn[-1] // source.num_windows) if steps else 0,
-            "epoch_starts": [0] + [int(s) + 1 for s in epoch_steps if s < steps],
+            "samples": int(drawn),
+            "epochs_completed": int(drawn) // source.num_windows,
+            "epoch_starts": [int(s) for s in starts],
         }
+        for source, drawn, starts in zip(
+            stream.sources, tally.drawn.tolist(), tally.epoch_starts, strict=True
+        )
+    }
+    batch = tally.batch if steps else 0
     return {"steps": steps, "global_batch_size": batch, "phases": phases, "sources": sources}
+
+
+def cumulative_shares(
+    stream: SampleStream, steps: int, points: int = 2000
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each source's share of all samples drawn by the end of a step, at up to ``points``
+    evenly spaced steps: (steps ``[n]``, shares ``[n, S]``), for a plot."""
+    wanted = np.unique(np.linspace(0, steps - 1, min(points, steps)).astype(np.int64))
+    drawn = np.zeros(len(stream.sources), dtype=np.int64)
+    rows, first = [], 0
+    for counts in _step_blocks(stream, steps):
+        cumulative = drawn + np.cumsum(counts, axis=0)
+        inside = wanted[(wanted >= first) & (wanted < first + len(counts))]
+        rows.append(cumulative[inside - first])
+        drawn, first = cumulative[-1], first + len(counts)
+    drawn_at = np.concatenate(rows) if rows else np.zeros((0, len(drawn)), dtype=np.int64)
+    return wanted, drawn_at / np.maximum(drawn_at.sum(axis=1, keepdims=True), 1)
 
 
 def split_report(stream: SampleStream) -> dict[str, Any]:

@@ -128,3 +128,27 @@ def test_count_matches_the_bounds_over_many_blocks(
     shard = open_shard(info)
     want = len(document_bounds(shard, eos_token_id=0)) - 1
     assert count_documents(shard, 0) == want == int((tokens == 0).sum()) + trailing
+
+
+def test_plot_with_eos_draws_the_lengths_of_a_numpy_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``inspect --plot`` with ``--eos`` on a NumPy folder raised ``ValueError`` (no indexed
+    lengths): it plots the EOS-delimited documents and counts them as without ``--plot``."""
+    pytest.importorskip("matplotlib")
+    shutil.copy(KF / "shard_00000.npy", tmp_path / "shard_00000.npy")
+    want = inspect_json(capsys, str(tmp_path), "--eos", "0")["num_documents"]
+    out = tmp_path / "lengths.png"
+    assert main(["inspect", str(tmp_path), "--eos", "0", "--plot", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.split("\nwrote")[0])["num_documents"] == want
+    assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_without_document_boundaries_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    shutil.copy(KF / "shard_00000.npy", tmp_path / "shard_00000.npy")
+    assert main(["inspect", str(tmp_path), "--plot", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no document lengths to plot" in err and "--eos" in err and len(err.splitlines()) == 1

@@ -18,14 +18,16 @@ its source's plan (the same piece in every epoch).
 The epoch: bucket ``k`` gives ``m_k = (pieces of length L_k over all sources) // R_k``
 batches (the pooled bucket sizes), which the curriculum orders. One source: each piece is
 used at most once per epoch (its bucket's permutation for epoch ``e`` is read in its first
-``m_k·R_k`` slots). Several sources (weights, no schedule yet): every step's rows are split
-among the sources that have pieces of its length by cumulative rounding of their weights
-(:mod:`streamload.plan.vsl_mixture`), each source walking its own reshuffled epochs of each
-bucket; a source without pieces of a length gives its share of those steps to the others.
+``m_k·R_k`` slots). Several sources (weights, ``[[schedule]]`` phases): every step's rows
+are split among the sources that have pieces of its length by cumulative rounding of their
+weights (:mod:`streamload.plan.vsl_mixture`), each source walking its own reshuffled epochs
+of each bucket; a source without pieces of a length gives its share of those steps to the
+others.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -51,7 +53,10 @@ from streamload.streams.cursor import StreamCursor
 from streamload.streams.layout import BatchLayout
 from streamload.streams.source_stream import SourceStream, mixture_phases
 
-__all__ = ["VslStream"]
+__all__ = ["VslStream", "unused_tokens_warning"]
+
+_SEARCHED = 4096
+"""Smaller ``tokens_per_batch`` values :func:`unused_tokens_warning` tries at most."""
 
 
 class VslStream(SourceStream):
@@ -100,6 +105,7 @@ class VslStream(SourceStream):
         )
         if self.order.steps == 0:
             self._refuse_empty(counts)
+        self._warn_unused(counts)
         for s, source in enumerate(self.sources):  # a mixture's source: its own pieces
             held = int(np.dot(counts[s], self.lengths)) // self.seq_len
             source.epoch_slots = max(self.order.steps * self.slots if single else held, 1)
@@ -136,6 +142,13 @@ class VslStream(SourceStream):
         """Batches of each bucket in pass ``pass_index``'s steps before ``step``."""
         buckets, _ = self.pass_steps(pass_index)
         return np.bincount(buckets[:step], minlength=len(self.lengths))
+
+    def _warn_unused(self, counts: np.ndarray) -> None:
+        """A UserWarning when an epoch leaves most of the pieces' tokens unused."""
+        tokens = int(self.config.sampling.tokens_per_batch or 0)
+        unused = unused_tokens_warning(counts.sum(axis=0), self.lengths, self.order.steps, tokens)
+        if unused is not None:
+            warnings.warn(unused, UserWarning, stacklevel=3)
 
     def _refuse_empty(self, counts: np.ndarray) -> None:
         held = ", ".join(
@@ -301,3 +314,49 @@ def _curriculum_key(curriculum: Any) -> Any:
     if isinstance(curriculum, tuple):
         return [[p.start_step, dict(sorted(p.weights.items()))] for p in curriculum]
     return curriculum.value
+
+
+def unused_tokens_warning(
+    pieces: np.ndarray, lengths: tuple[int, ...], steps: int, tokens_per_batch: int
+) -> str | None:
+    """Why an epoch leaves most tokens unused, or ``None`` when it uses at least half.
+
+    A length's pieces fill ``pieces // rows`` batches (``rows = tokens_per_batch / length``);
+    the rest of them wait for a later epoch, so with a large ``tokens_per_batch`` and few
+    pieces of some lengths an epoch can leave most of the data out (docs/vsl.md).
+
+    Args:
+        pieces: Pieces of each length, all sources together ``[K]``.
+        lengths: The lengths (powers of two, the last ``max_seq_len``).
+        steps: Steps (global batches) of an epoch.
+        tokens_per_batch: Input tokens per global batch.
+
+    Returns:
+        A one-paragraph warning naming ``tokens_per_batch`` and the largest smaller one (a
+        multiple of ``max_seq_len``) whose epoch would use at least half, or ``None``.
+    """
+    sizes = np.asarray(lengths, dtype=np.int64)
+    held = int(np.dot(pieces, sizes))
+    used = steps * tokens_per_batch
+    if 2 * used >= held:
+        return None
+    message = (
+        f"vsl: an epoch uses {used:,} of the {held:,} tokens in pieces "
+        f"({100 * used // held} %): with tokens_per_batch = {tokens_per_batch:,} "
+        "the pieces of a length that do not fill a whole batch wait for later epochs"
+    )
+    # The epoch of smaller batches (multiples of max_seq_len no larger than the data, at most
+    # _SEARCHED of them, evenly spaced): pooled batches x their tokens.
+    top = min(tokens_per_batch // int(sizes[-1]) - 1, held // int(sizes[-1]))
+    stride = max(1, -(-top // _SEARCHED))
+    candidates = sizes[-1] * np.arange(top, 0, -stride, dtype=np.int64)
+    rows = candidates[:, None] // sizes[None, :]
+    fills = (np.asarray(pieces)[None, :] // rows).sum(axis=1) * candidates
+    fits = np.flatnonzero(2 * fills >= held)
+    if fits.size == 0:
+        return f"{message}; no smaller tokens_per_batch uses half of them (too few pieces)"
+    best = int(candidates[fits[0]])
+    return (
+        f"{message}; tokens_per_batch = {best:,} would use {int(fills[fits[0]]):,} "
+        f"({100 * int(fills[fits[0]]) // held} %)"
+    )
