@@ -228,6 +228,14 @@ def test_an_array_header_cut_short_is_refused(tmp_path: Path) -> None:
             r"missing: x\.mds; not listed there: shard\.00000\.mds",
         ),
         (lambda ix: ix["shards"][0].update(column_sizes=[None]), "three lists"),
+        (  # issue 36: was an OverflowError in the int64 size table
+            lambda ix: ix["shards"][0].update(column_sizes=[None, 2**64 + 3]),
+            r"column_sizes\[1\] is 18446744073709551619; expected a byte size from 0 to 4294967295",
+        ),
+        (
+            lambda ix: ix["shards"][0].update(column_sizes=[-1, None]),
+            r"column_sizes\[0\] is -1; expected a byte size",
+        ),
     ],
 )
 def test_bad_index_is_refused(tmp_path: Path, edit: Any, message: str) -> None:
