@@ -162,3 +162,33 @@ def test_a_shard_failing_past_its_retries_is_skipped(
         got, stats = batches(cfg)
     assert stats["skipped_shards"] + stats["skipped_samples"] > 0, stats
     assert got and len(got) <= len(local)
+
+
+@pytest.mark.filterwarnings("ignore:each pass", "ignore:.*skip", "ignore:.*unreadable")
+@pytest.mark.parametrize("mode", ["packed", "padded"])
+@pytest.mark.parametrize("fmt", ["litdata", "numpy"])
+def test_a_shard_unreadable_at_plan_build_is_left_out(
+    fmt: str, mode: str, corpora: dict[str, Any], s3: S3Server, tmp_path: Path
+) -> None:
+    """Whole-document modes find the documents of a format without an index at EOS, reading
+    every shard's tokens to build their plan at start-up. Under ``on_error = "skip"`` a shard
+    whose header was read but whose tokens stay unreadable then is left out and counted like
+    one whose header is (docs/remote.md), not a ``RemoteReadError`` (issue 36). The batches
+    equal a read of the other parts."""
+    url, _ = corpora[fmt]
+    # the header's GET passes, every later one fails
+    plan = FaultPlan(fail_nth=(TOKEN_FILES[fmt], 2), fail_count=1000, fail_status=500)
+    sampling = {"sampling": {"mode": mode}, "pad_token_id": 1}
+    with FaultProxy(s3.endpoint, plan) as proxy:
+        cfg = remote(s3, proxy, url, fmt, tmp_path / "cache", retries=1,
+                     source={"on_error": "skip"})  # fmt: skip
+        cfg.update(sampling)
+        got, stats = batches(cfg)
+    assert plan.injected["errors"] > 0
+    assert stats["skipped_shards"] == 1 and stats["skipped_samples"] == 0, stats
+    assert any(TOKEN_FILES[fmt] in path for path in stats["skipped"]), stats["skipped"]
+    kept = [u for u in url if NAMES[fmt].format(1) not in u]
+    cfg = config(kept, fmt, cache_dir=str(tmp_path / "c2"), **FAST,
+                 source={"storage_options": s3.storage_options()})  # fmt: skip
+    expected, _ = batches({**cfg, **sampling})
+    assert_batches_equal(expected, got, f"{fmt} {mode}: part 1 left out")
