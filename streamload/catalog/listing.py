@@ -48,6 +48,7 @@ from streamload.remote.retry import retrying
 from streamload.remote.versions import object_version
 
 __all__ = [
+    "COMPANION_PREFIXES",
     "Siblings",
     "TOKEN_SUFFIXES",
     "list_entries",
@@ -63,6 +64,13 @@ TOKEN_SUFFIXES = (
 """Suffixes a folder listing treats as token files (companions such as ``.idx``,
 ``.csv.gz``, ``.ds.index``, ``metadata.yaml`` or an ``index.json`` are read with them, not
 listed)."""
+
+COMPANION_PREFIXES = ("doc_lens", "doc_lengths", "document_lengths", "label_mask")
+"""Names of arrays that go with token files, never tokens themselves, though they are
+``.npy`` too: OLMo-core's per-document lengths (``doc_lens_*.npy``, int64) and OLMo's older
+``label_mask*.npy`` (OLMo-core's ``labels_mask*`` is a mask name:
+:func:`~streamload.formats.mask_names.is_mask_name`). Read as tokens they were extra shards
+of another dtype (issue 36)."""
 
 _GLOB_CHARS = "*?["
 _MDS_SUFFIXES = (".mds", ".mds.zstd", ".mds.gz")
@@ -164,8 +172,11 @@ def _is_file(fs: Any, info: dict[str, Any]) -> bool:
 
 def _is_token_file(fs: Any, info: dict[str, Any]) -> bool:
     """A listed file that may be a shard: a file, not a loss mask (``labels_mask*``,
-    ``*.loss``: :mod:`streamload.formats.mask_names`), which goes with its token file."""
-    return not is_mask_name(posixpath.basename(info["name"])) and _is_file(fs, info)
+    ``*.loss``: :mod:`streamload.formats.mask_names`) nor another companion array
+    (:data:`COMPANION_PREFIXES`), which go with token files."""
+    name = posixpath.basename(info["name"])
+    companion = is_mask_name(name) or name.startswith(COMPANION_PREFIXES)
+    return not companion and _is_file(fs, info)
 
 
 def _expand(

@@ -174,7 +174,7 @@ FIXTURES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "modalities": (modalities_fixture, {}),
     "dolma": (dolma_fixture, {"dtype": "uint16"}),
     "datatrove": (datatrove_fixture, {}),
-    "numpy": (npy_fixture, {}),
+    "numpy": (npy_fixture, {"dtype": "int32"}),  # uint16 and int32 files: cast-safe
     "raw (tatm)": (tatm_fixture, {}),
     # id: str, tokens: ndarray:uint16 (a shape header per sample), 2 shards
     "mds": (functools.partial(mds_fixture, name="u16"), {}),

@@ -170,8 +170,8 @@ def edit_index(folder: Path, edit: Any) -> None:
         ("two_arrays", {"column": "ids"}, "column = 'ids' is not a column"),
         ("two_arrays", {"column": "id"}, "is encoded 'str'"),
         ("bytes_i64", {}, "does not record the token width"),
-        ("u16", {"dtype": "int32"}, "the config says dtype = 'int32'"),
-        ("any_dtype", {"dtype": "int32"}, "the config says dtype = 'int32'"),
+        ("u16", {"dtype": "uint8"}, "the config says dtype = 'uint8'"),
+        ("any_dtype", {"dtype": "uint8"}, "the config says dtype = 'uint8'"),
     ],
 )
 def test_wrong_column_or_dtype_is_refused(name: str, kw: dict[str, str], message: str) -> None:
