@@ -151,6 +151,7 @@ def list_entries(
         if not found:
             looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)}"
             looked += "; MDS shards of 0 samples are left out)" if looked else ""
+            looked += "" if masks else _dataset_dict_hint(fs, entry, raw)
             raise ConfigError(f"source {source.name!r}: {raw!r} holds no {what}{looked}")
         files.extend(found)
     seen: set[str] = set()
@@ -160,6 +161,35 @@ def list_entries(
             raise ConfigError(f"source {source.name!r}: {where} is listed twice in its {what}")
         seen.add(f.path)
     return files
+
+
+DATASET_DICT = "dataset_dict.json"
+"""What ``DatasetDict.save_to_disk`` writes at its root: ``{"splits": [...]}``, one
+``save_to_disk`` folder per split beside it."""
+
+
+def _dataset_dict_hint(fs: Any, entry: str, raw: str) -> str:
+    """For a Hugging Face ``DatasetDict`` root (no token file of its own), the split folders
+    found in it and the ``path`` to write instead; else ``""``. Only on the error path, so
+    any failure to look just leaves the hint out."""
+    try:
+        if not fs.isfile(f"{entry.rstrip('/')}/{DATASET_DICT}"):
+            return ""
+        listed = fs.ls(entry, detail=True)
+        splits = sorted(
+            posixpath.basename(i["name"].rstrip("/"))
+            for i in listed
+            if i.get("type") == "directory"
+        )
+    except Exception:  # a hint, never a second error
+        return ""
+    if not splits:
+        return f"; it is a Hugging Face DatasetDict ({DATASET_DICT}) without split folders"
+    return (
+        f"; it is a Hugging Face DatasetDict ({DATASET_DICT}) whose splits are the folders "
+        f"{', '.join(splits)}: set path = {raw.rstrip('/') + '/' + splits[0]!r} (one split "
+        "per source)"
+    )
 
 
 def _is_file(fs: Any, info: dict[str, Any]) -> bool:

@@ -243,3 +243,20 @@ def test_files_of_two_dtypes_are_refused_unless_the_config_names_one(tmp_path: P
     assert [np.dtype(s.dtype).name for s in catalog.shards] == ["uint32", "int64", "uint16"]
     with pytest.raises(FormatError, match=r"a\.npy: NPY header says dtype uint32 .*'int32'"):
         describe_source(SourceConfig(name="s", path=str(tmp_path), dtype="int32"))
+
+
+def test_a_dataset_dict_root_names_its_splits(tmp_path: Path) -> None:
+    """``DatasetDict.save_to_disk`` output (issue 36: "holds no token files" only)."""
+    from tests.helpers.paths import TESTS
+
+    root = tmp_path / "dd"
+    for split in ("train", "test"):
+        shutil.copytree(TESTS / "fixtures" / "hf" / "save_to_disk", root / split)
+    (root / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    message = (
+        r"holds no token files .*DatasetDict \(dataset_dict\.json\) whose splits are the "
+        r"folders test, train: set path = '.*/dd/test'"
+    )
+    with pytest.raises(ConfigError, match=message):
+        describe_source(SourceConfig(name="s", path=str(root)))
+    assert describe_source(SourceConfig(name="s", path=str(root / "train"))).num_tokens > 0
