@@ -106,16 +106,30 @@ def batches(cfg: dict[str, Any]) -> tuple[list[dict[str, torch.Tensor]], dict[st
 
 
 @pytest.fixture(scope="module")
-def corpora(tmp_path_factory: pytest.TempPathFactory, s3: S3Server) -> dict[str, Any]:
-    """Per format: (the source's S3 paths, the local batches)."""
+def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Per format: (local folder, the source's paths in it, the local batches)."""
     out = {}
     for fmt in FORMATS:
         folder = tmp_path_factory.mktemp("formats") / fmt
         parts = write_parts(folder, fmt)
-        url = s3.upload_folder(folder, "formats", uuid.uuid4().hex[:12])
         local, _ = batches(config([str(folder / p) for p in parts], fmt))
-        out[fmt] = ([f"{url}/{p}".rstrip("/") for p in parts], local)
+        out[fmt] = (folder, parts, local)
     return out
+
+
+@pytest.fixture
+def corpora(written: dict[str, Any], s3: S3Server) -> Any:
+    """``corpora[fmt]``: (the source's S3 paths, the local batches), uploaded under a fresh
+    prefix for each test: an index read by an earlier test of this process is not read
+    again (parsed indexes are kept per URL), so the proxy would never see its GET."""
+
+    class Uploads:
+        def __getitem__(self, fmt: str) -> tuple[list[str], Any]:
+            folder, parts, local = written[fmt]
+            url = s3.upload_folder(folder, "formats", uuid.uuid4().hex[:12])
+            return [f"{url}/{p}".rstrip("/") for p in parts], local
+
+    return Uploads()
 
 
 def remote(
@@ -132,7 +146,7 @@ def remote(
 @pytest.mark.parametrize(("what", "nth"), FAULTS)
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_one_server_error_is_retried(
-    fmt: str, what: str, nth: int, corpora: dict[str, Any], s3: S3Server, tmp_path: Path
+    fmt: str, what: str, nth: int, corpora: Any, s3: S3Server, tmp_path: Path
 ) -> None:
     url, local = corpora[fmt]
     part = TARGETS[what][fmt].format(1)
@@ -149,7 +163,7 @@ def test_one_server_error_is_retried(
 @pytest.mark.filterwarnings("ignore:each pass", "ignore:.*skip", "ignore:.*unreadable")
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_shard_failing_past_its_retries_is_skipped(
-    fmt: str, corpora: dict[str, Any], s3: S3Server, tmp_path: Path
+    fmt: str, corpora: Any, s3: S3Server, tmp_path: Path
 ) -> None:
     """``on_error = "skip"``: a token file whose every GET answers 500 is left out at
     start-up (or its samples skipped), counted, never refused as corrupt. (A listing or an
@@ -168,7 +182,7 @@ def test_a_shard_failing_past_its_retries_is_skipped(
 @pytest.mark.parametrize("mode", ["packed", "padded"])
 @pytest.mark.parametrize("fmt", ["litdata", "numpy"])
 def test_a_shard_unreadable_at_plan_build_is_left_out(
-    fmt: str, mode: str, corpora: dict[str, Any], s3: S3Server, tmp_path: Path
+    fmt: str, mode: str, corpora: Any, s3: S3Server, tmp_path: Path
 ) -> None:
     """Whole-document modes find the documents of a format without an index at EOS, reading
     every shard's tokens to build their plan at start-up. Under ``on_error = "skip"`` a shard
