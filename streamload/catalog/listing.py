@@ -46,6 +46,7 @@ from streamload.remote.retry import retrying
 from streamload.remote.versions import object_version
 
 __all__ = [
+    "COMPANION_PREFIXES",
     "Siblings",
     "TOKEN_SUFFIXES",
     "list_entries",
@@ -61,6 +62,13 @@ TOKEN_SUFFIXES = (
 """Suffixes a folder listing treats as token files (companions such as ``.idx``,
 ``.csv.gz``, ``.ds.index``, ``metadata.yaml`` or an ``index.json`` are read with them, not
 listed)."""
+
+COMPANION_PREFIXES = ("doc_lens", "doc_lengths", "document_lengths", "label_mask")
+"""Names of arrays that go with token files, never tokens themselves, though they are
+``.npy`` too: OLMo-core's per-document lengths (``doc_lens_*.npy``, int64) and OLMo's older
+``label_mask*.npy`` (OLMo-core's ``labels_mask*`` is a mask name:
+:func:`~streamload.formats.mask_names.is_mask_name`). Read as tokens they were extra shards
+of another dtype (issue 36)."""
 
 _GLOB_CHARS = "*?["
 _MDS_SUFFIXES = (".mds", ".mds.zstd", ".mds.gz")
@@ -143,6 +151,7 @@ def list_entries(
         if not found:
             looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)}"
             looked += "; MDS shards of 0 samples are left out)" if looked else ""
+            looked += "" if masks else _dataset_dict_hint(fs, entry, raw)
             raise ConfigError(f"source {source.name!r}: {raw!r} holds no {what}{looked}")
         files.extend(found)
     seen: set[str] = set()
@@ -152,6 +161,35 @@ def list_entries(
             raise ConfigError(f"source {source.name!r}: {where} is listed twice in its {what}")
         seen.add(f.path)
     return files
+
+
+DATASET_DICT = "dataset_dict.json"
+"""What ``DatasetDict.save_to_disk`` writes at its root: ``{"splits": [...]}``, one
+``save_to_disk`` folder per split beside it."""
+
+
+def _dataset_dict_hint(fs: Any, entry: str, raw: str) -> str:
+    """For a Hugging Face ``DatasetDict`` root (no token file of its own), the split folders
+    found in it and the ``path`` to write instead; else ``""``. Only on the error path, so
+    any failure to look just leaves the hint out."""
+    try:
+        if not fs.isfile(f"{entry.rstrip('/')}/{DATASET_DICT}"):
+            return ""
+        listed = fs.ls(entry, detail=True)
+        splits = sorted(
+            posixpath.basename(i["name"].rstrip("/"))
+            for i in listed
+            if i.get("type") == "directory"
+        )
+    except Exception:  # a hint, never a second error
+        return ""
+    if not splits:
+        return f"; it is a Hugging Face DatasetDict ({DATASET_DICT}) without split folders"
+    return (
+        f"; it is a Hugging Face DatasetDict ({DATASET_DICT}) whose splits are the folders "
+        f"{', '.join(splits)}: set path = {raw.rstrip('/') + '/' + splits[0]!r} (one split "
+        "per source)"
+    )
 
 
 def _is_file(fs: Any, info: dict[str, Any]) -> bool:
@@ -164,8 +202,11 @@ def _is_file(fs: Any, info: dict[str, Any]) -> bool:
 
 def _is_token_file(fs: Any, info: dict[str, Any]) -> bool:
     """A listed file that may be a shard: a file, not a loss mask (``labels_mask*``,
-    ``*.loss``: :mod:`streamload.formats.mask_names`), which goes with its token file."""
-    return not is_mask_name(posixpath.basename(info["name"])) and _is_file(fs, info)
+    ``*.loss``: :mod:`streamload.formats.mask_names`) nor another companion array
+    (:data:`COMPANION_PREFIXES`), which go with token files."""
+    name = posixpath.basename(info["name"])
+    companion = is_mask_name(name) or name.startswith(COMPANION_PREFIXES)
+    return not companion and _is_file(fs, info)
 
 
 def _expand(

@@ -23,6 +23,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from streamload.catalog.cache import Job, catalog_key, load_catalog, save_catalog
 from streamload.catalog.listing import (
     Siblings,
@@ -34,13 +36,19 @@ from streamload.catalog.masks import attach_masks
 from streamload.config import DataConfig, SourceConfig
 from streamload.config.source import OnError
 from streamload.config.storage import StorageConfig
-from streamload.errors import ConfigError, RemoteReadError
+from streamload.errors import ConfigError, FormatError, RemoteReadError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, TokenizerSpec
 from streamload.formats.sniff import describe_shard, folder_dtype
 from streamload.remote.handle import StorageHandle
 from streamload.remote.retry import retrying
 
-__all__ = ["SourceCatalog", "describe_source", "describe_sources", "storage_handle"]
+__all__ = [
+    "SourceCatalog",
+    "check_one_dtype",
+    "describe_source",
+    "describe_sources",
+    "storage_handle",
+]
 
 COMPANION_SUFFIXES = ("idx", "csv.gz", "ds.index", "ds.metadata", "tok.json")
 """Files beside a token file ``X.<ext>`` named ``X.<suffix>`` that its format reads (Megatron
@@ -150,9 +158,36 @@ def describe_source(
         catalog = _describe_local(fs, source, storage, jobs)
     else:
         catalog = _describe_remote(fs, source, storage, handle, jobs)
+    check_one_dtype(source, catalog.shards)
     paths = [(file.path, folder) for file, _, folder in jobs]
     shards = attach_masks(fs, source, storage, catalog.shards, paths)
     return dataclasses.replace(catalog, shards=shards)
+
+
+def check_one_dtype(source: SourceConfig, shards: tuple[ShardInfo, ...]) -> None:
+    """A source's files hold one token dtype, unless its config names a ``dtype`` (then
+    each file's casts safely to it: checked as each is described).
+
+    Files of several dtypes in one folder are more often a mistake (another tool's arrays
+    beside the shards: int64 document lengths beside uint32 tokens) than a corpus.
+
+    Raises:
+        FormatError: naming a file of each of two dtypes.
+    """
+    if source.dtype != "auto":
+        return
+    first: dict[np.dtype, str] = {}
+    for info in shards:
+        first.setdefault(np.dtype(info.dtype).newbyteorder("="), info.path)
+    if len(first) > 1:
+        (a, path_a), (b, path_b) = list(first.items())[:2]
+        both = np.result_type(a, b)
+        fix = f"set dtype = {both.name!r}" if both.kind in "ui" else "split it into sources"
+        raise FormatError(
+            f"source {source.name!r}: {path_a} holds {a.name} tokens but {path_b} holds "
+            f"{b.name}; one source's files hold one token dtype. Move files that are not "
+            f"tokens out of the folder, or {fix} in the source if every file is a token file"
+        )
 
 
 def _describe_local(

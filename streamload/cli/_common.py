@@ -35,7 +35,14 @@ def add_data_arguments(parser: Any) -> None:
 def catalog_from_args(
     args: argparse.Namespace, vocab_size: int | None = None, eos_token_id: int | None = None
 ) -> SourceCatalog:
-    """Describe the shards named on the command line (listing and headers only)."""
+    """Describe the shards named on the command line (listing and headers only).
+
+    ``eos_token_id`` defaults to the command's ``--eos``: the describe step needs it (a tatm
+    file's trailing zeros keep a final EOS 0), so every subcommand that takes ``--eos`` passes
+    it here, not only to the steps after (issue 36: ``docs --eos 0`` lost a last EOS).
+    """
+    if eos_token_id is None:
+        eos_token_id = getattr(args, "eos", None)
     # Imported when a command runs, as in every subcommand: building the parser (`--help`)
     # needs argparse alone (docs/design.md, the `cli/` row).
     from streamload.catalog.sources import describe_source

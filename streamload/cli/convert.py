@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
 
     dtype = parse_dtype(args.dtype) if args.dtype else None
     options = write_options(args)
-    source = argparse.Namespace(paths=[args.src], format=args.format, dtype=args.source_dtype)
+    source = argparse.Namespace(
+        paths=[args.src], format=args.format, dtype=args.source_dtype, eos=args.eos
+    )
     catalog = catalog_from_args(source)
     writer = open_output(
         catalog,

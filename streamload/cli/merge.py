@@ -54,7 +54,9 @@ def run(args: argparse.Namespace) -> int:
 
     # Each input is described on its own: merging a dataset with itself is legitimate.
     parts = [
-        catalog_from_args(argparse.Namespace(paths=[p], format=args.format, dtype=args.dtype))
+        catalog_from_args(
+            argparse.Namespace(paths=[p], format=args.format, dtype=args.dtype, eos=args.eos)
+        )
         for p in args.inputs
     ]
     catalog = SourceCatalog(parts[0].config, tuple(s for part in parts for s in part.shards))

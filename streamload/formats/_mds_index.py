@@ -20,6 +20,8 @@ __all__ = ["COMPRESSIONS", "MdsIndex", "MdsShardEntry", "parse_mds_index"]
 COMPRESSIONS = ("zstd", "gz")
 """Shard compressions read (Streaming's others, ``br``, ``bz2`` and ``snappy``, are refused)."""
 
+_MAX_COLUMN_BYTES = (1 << 32) - 1
+
 
 @dataclass(frozen=True)
 class MdsShardEntry:
@@ -86,8 +88,14 @@ def _columns(
         )
     if not all(isinstance(x, str) and x for x in [*names, *encodings]):
         raise FormatError(f"{at}: column names and encodings must be non-empty strings")
-    if any(s is not None and (type(s) is not int or s < 0) for s in sizes):
-        raise FormatError(f"{at}: column_sizes {sizes!r}; expected byte sizes or null")
+    for i, size in enumerate(sizes):
+        # A sample's bytes are addressed by u32 offsets, so no fixed column is 2**32 bytes
+        # or more; a larger value would overflow the int64 size table when decoded.
+        if size is not None and (type(size) is not int or not 0 <= size <= _MAX_COLUMN_BYTES):
+            raise FormatError(
+                f"{at}: column_sizes[{i}] is {size!r}; expected a byte size from 0 to "
+                f"{_MAX_COLUMN_BYTES} (an MDS sample is addressed by u32 offsets) or null"
+            )
     if len(set(names)) != len(names):
         raise FormatError(f"{at}: column_names {names!r} repeat a name")
     return tuple(names), tuple(encodings), tuple(sizes)

@@ -235,8 +235,9 @@ def check_token_dtype(dtype: np.dtype, path: str) -> np.dtype:
 
 
 def check_configured_dtype(configured: str, found: np.dtype, path: str, what: str) -> None:
-    """A source's configured ``dtype`` (``"auto"``: whatever the file holds) must be ``found``,
-    the dtype the file itself records.
+    """A source's configured ``dtype`` (``"auto"``: whatever the file holds) must hold every
+    value of ``found``, the dtype the file itself records (a file of a narrower dtype is read
+    in its own: a source may mix uint16 and uint32 files when its config says uint32).
 
     Args:
         configured: The config's ``dtype`` (``"auto"`` or a numpy name).
@@ -246,9 +247,9 @@ def check_configured_dtype(configured: str, found: np.dtype, path: str, what: st
             int64 tokens"``): the message is ``"{path}: {what} but the config says ..."``.
 
     Raises:
-        FormatError: the two differ.
+        FormatError: ``found`` does not cast safely to the configured dtype.
     """
-    if configured != "auto" and np.dtype(configured) != found.newbyteorder("="):
+    if configured != "auto" and not np.can_cast(found.newbyteorder("="), configured, "safe"):
         raise FormatError(
             f"{path}: {what} but the config says dtype = {configured!r}; remove dtype or fix it"
         )

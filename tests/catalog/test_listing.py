@@ -13,7 +13,7 @@ import pytest
 from streamload.catalog.listing import list_source_files
 from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
-from streamload.errors import ConfigError
+from streamload.errors import ConfigError, FormatError
 
 
 def touch(path: Path, tokens: int = 4) -> Path:
@@ -215,3 +215,48 @@ def test_a_stalled_http_listing_fails_within_the_budget(mode: str, entry: str) -
     assert isinstance(failed[0], RemoteStallError), repr(failed[0])
     assert f"{proxy.endpoint}/corpus" in str(failed[0])
     assert "storage.timeout = 0.5" in str(failed[0])
+
+
+def test_companion_arrays_are_never_tokens(tmp_path: Path) -> None:
+    """OLMo-core-style int64 ``doc_lens_*.npy`` beside uint32 ``shard_*.npy`` (issue 36: read
+    as 8 extra token shards): only the shards are listed, and read exactly."""
+    rng = np.random.default_rng(0)
+    shards = [rng.integers(0, 100_000, 50 + i).astype(np.uint32) for i in range(8)]
+    for i, tokens in enumerate(shards):
+        np.save(tmp_path / f"shard_{i:05d}.npy", tokens)
+        np.save(tmp_path / f"doc_lens_{i:05d}.npy", np.array([20, 30 + i], dtype=np.int64))
+    np.save(tmp_path / "label_mask.npy", np.ones(10, dtype=np.bool_))
+    catalog = describe_source(SourceConfig(name="s", path=str(tmp_path)))
+    assert [s.relpath for s in catalog.shards] == [f"shard_{i:05d}.npy" for i in range(8)]
+    assert {s.dtype for s in catalog.shards} == {np.dtype(np.uint32).str}
+    assert catalog.num_tokens == sum(t.size for t in shards)
+
+
+def test_files_of_two_dtypes_are_refused_unless_the_config_names_one(tmp_path: Path) -> None:
+    np.save(tmp_path / "a.npy", np.arange(50, dtype=np.uint32))
+    np.save(tmp_path / "b.npy", np.arange(50, dtype=np.int64))
+    np.save(tmp_path / "c.npy", np.arange(50, dtype=np.uint16))
+    message = r"a\.npy holds uint32 tokens but .*b\.npy holds int64; .*set dtype = 'int64'"
+    with pytest.raises(FormatError, match=message):
+        describe_source(SourceConfig(name="s", path=str(tmp_path)))
+    catalog = describe_source(SourceConfig(name="s", path=str(tmp_path), dtype="int64"))
+    assert [np.dtype(s.dtype).name for s in catalog.shards] == ["uint32", "int64", "uint16"]
+    with pytest.raises(FormatError, match=r"a\.npy: NPY header says dtype uint32 .*'int32'"):
+        describe_source(SourceConfig(name="s", path=str(tmp_path), dtype="int32"))
+
+
+def test_a_dataset_dict_root_names_its_splits(tmp_path: Path) -> None:
+    """``DatasetDict.save_to_disk`` output (issue 36: "holds no token files" only)."""
+    from tests.helpers.paths import TESTS
+
+    root = tmp_path / "dd"
+    for split in ("train", "test"):
+        shutil.copytree(TESTS / "fixtures" / "hf" / "save_to_disk", root / split)
+    (root / "dataset_dict.json").write_text('{"splits": ["train", "test"]}')
+    message = (
+        r"holds no token files .*DatasetDict \(dataset_dict\.json\) whose splits are the "
+        r"folders test, train: set path = '.*/dd/test'"
+    )
+    with pytest.raises(ConfigError, match=message):
+        describe_source(SourceConfig(name="s", path=str(root)))
+    assert describe_source(SourceConfig(name="s", path=str(root / "train"))).num_tokens > 0

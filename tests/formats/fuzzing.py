@@ -37,7 +37,14 @@ from streamload.errors import StreamloadError
 from streamload.formats import open_shard
 from streamload.formats.loss_mask import mask_shard
 
-__all__ = ["CASE_SECONDS", "Target", "mutate", "read_everything", "run_cases"]
+__all__ = [
+    "CASE_SECONDS",
+    "Target",
+    "mutate",
+    "read_everything",
+    "run_cases",
+    "run_integer_cases",
+]
 
 CASE_SECONDS = 10.0
 """A case running longer is a hang."""
@@ -47,8 +54,8 @@ _ODD_TEXT = [
     "9" * 25, "\x00", "\ufeff", "1e3", "NaN", "-1",
 ]  # fmt: skip
 _ODD_JSON: list[Any] = [
-    None, True, False, -1, 0, 1, 2, 255, 256, 2**31, 2**63, 2**64, 1.5, float("nan"), "x",
-    "", "../x", [], {}, [1, -1], [2**70], ["1"], "uint8",
+    None, True, False, -1, 0, 1, 2, 255, 256, 2**31, 2**63, 2**64, 2**64 + 3, 1.5,
+    float("nan"), "x", "", "../x", [], {}, [1, -1], [2**70], ["1"], "uint8",
 ]  # fmt: skip
 
 
@@ -108,10 +115,30 @@ def _text_edit(data: bytes, rng: random.Random) -> bytes:
     return data[:i] + (odd if choice == 2 else b"") + data[j:]
 
 
+def _json_leaf(record: Any, rng: random.Random) -> tuple[Any, Any]:
+    """A random (container, key) inside ``record``, descending into nested objects and lists:
+    index fields such as MDS's ``shards[i].column_sizes[j]`` live two or three levels down."""
+    parent: Any = record
+    key: Any = rng.choice(sorted(record))
+    while rng.random() < 0.75:
+        child = parent[key]
+        if isinstance(child, dict) and child:
+            parent, key = child, rng.choice(sorted(child))
+        elif isinstance(child, list) and child:
+            parent, key = child, rng.randrange(len(child))
+        else:
+            break
+    return parent, key
+
+
 def _json_edit(data: bytes, rng: random.Random) -> bytes:
     record = json.loads(data)
     if not isinstance(record, dict) or not record:
         return data
+    if rng.random() < 0.5:  # a nested value, e.g. column_sizes[1] = 2**64 + 3 (issue 36)
+        parent, leaf = _json_leaf(record, rng)
+        parent[leaf] = rng.choice(_ODD_JSON)
+        return json.dumps(record).encode()
     key = rng.choice(sorted(record))
     if rng.random() < 0.2:
         del record[key]
@@ -255,6 +282,46 @@ def run_cases(
             _write(folder, {**fixture, target.name: data})
             outcome = _run_one(folder, read, expected, report, f"{label} case {case} {kind}")
             report.counts[(label, outcome)] += 1
+    return report
+
+
+OUT_OF_RANGE = (-1, 2**63, 2**64 + 3)
+"""Values every integer field of a JSON index is set to by :func:`run_integer_cases`."""
+
+
+def _integer_paths(node: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(node, dict):
+        return [p for k in sorted(node) for p in _integer_paths(node[k], (*path, k))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in _integer_paths(v, (*path, i))]
+    return [path] if node is None or type(node) is int else []  # null: an unset size
+
+
+def run_integer_cases(
+    fixture: dict[str, bytes], name: str, root: Path, read: Callable[[Path], Any]
+) -> Report:
+    """Set every integer (or null) anywhere in the JSON file ``name`` of ``fixture`` to each of
+    :data:`OUT_OF_RANGE` in turn (an exhaustive case list, not a seeded sample: a
+    ``column_sizes`` entry of 2**64 + 3 once raised ``OverflowError``, issue 36)."""
+    base = root / "fixture"
+    _write(base, fixture)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = read(base)
+    record = json.loads(fixture[name])
+    report = Report()
+    for number, path in enumerate(_integer_paths(record)):
+        for value in OUT_OF_RANGE:
+            edited = json.loads(fixture[name])
+            node = edited
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+            folder = root / f"int-{number}-{value}"
+            _write(folder, {**fixture, name: json.dumps(edited).encode()})
+            where = f"{name} {'.'.join(map(str, path))} = {value}"
+            outcome = _run_one(folder, read, expected, report, where)
+            report.counts[(name, outcome)] += 1
     return report
 
 

@@ -121,9 +121,11 @@ def test_format_raw_on_a_real_npy_reads_its_bytes(tmp_path: Path) -> None:
 
 def test_npy_header_dtype_conflicts_with_config() -> None:
     with pytest.raises(
-        FormatError, match=r"shard_00000\.npy: NPY header says dtype uint16 .*'uint32'"
+        FormatError, match=r"shard_00000\.npy: NPY header says dtype uint16 .*'uint8'"
     ):
-        describe(KF / "shard_00000.npy", dtype="uint32")
+        describe(KF / "shard_00000.npy", dtype="uint8")
+    (info,) = describe(KF / "shard_00000.npy", dtype="uint32").shards  # holds every uint16
+    assert np.dtype(info.dtype) == np.dtype("<u2")  # read in the file's own dtype
 
 
 def test_tatm_metadata_gives_the_dtype(tmp_path: Path) -> None:

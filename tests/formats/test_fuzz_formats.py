@@ -27,7 +27,7 @@ from streamload.formats.dolma import DolmaWriter
 from streamload.formats.jsonl import prepare_jsonl
 from streamload.formats.megatron import MegatronWriter
 from streamload.formats.modalities import HEADER_SIZE, ModalitiesWriter
-from tests.formats.fuzzing import Target, read_everything, run_cases
+from tests.formats.fuzzing import Target, read_everything, run_cases, run_integer_cases
 from tests.helpers.paths import TESTS
 from tests.helpers.tokenizer import train_bpe
 
@@ -174,7 +174,7 @@ FIXTURES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "modalities": (modalities_fixture, {}),
     "dolma": (dolma_fixture, {"dtype": "uint16"}),
     "datatrove": (datatrove_fixture, {}),
-    "numpy": (npy_fixture, {}),
+    "numpy": (npy_fixture, {"dtype": "int32"}),  # uint16 and int32 files: cast-safe
     "raw (tatm)": (tatm_fixture, {}),
     # id: str, tokens: ndarray:uint16 (a shape header per sample), 2 shards
     "mds": (functools.partial(mds_fixture, name="u16"), {}),
@@ -204,6 +204,21 @@ def test_fuzz_format(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[st
 
     report = run_cases(fixture, targets, tmp_path / "cases", read, SEED)
     check(report, name, capsys)
+
+
+@pytest.mark.parametrize("name", ["mds", "mds (ndarray)", "litdata"])
+def test_every_index_integer_is_range_checked(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make, kw = FIXTURES[name]
+    fixture, _ = make(tmp_path)
+    report = run_integer_cases(
+        fixture, "index.json", tmp_path / "cases", lambda f: read_everything(f, kw)
+    )
+    with capsys.disabled():
+        print(f"\nout-of-range integers {name}: {json.dumps(report.summary())}")
+    assert not report.failures, "\n\n".join(report.failures[:5])
+    assert report.counts[("index.json", "error")] > 0
 
 
 def test_fuzz_jsonl(tokenizer: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -170,8 +170,8 @@ def edit_index(folder: Path, edit: Any) -> None:
         ("two_arrays", {"column": "ids"}, "column = 'ids' is not a column"),
         ("two_arrays", {"column": "id"}, "is encoded 'str'"),
         ("bytes_i64", {}, "does not record the token width"),
-        ("u16", {"dtype": "int32"}, "the config says dtype = 'int32'"),
-        ("any_dtype", {"dtype": "int32"}, "the config says dtype = 'int32'"),
+        ("u16", {"dtype": "uint8"}, "the config says dtype = 'uint8'"),
+        ("any_dtype", {"dtype": "uint8"}, "the config says dtype = 'uint8'"),
     ],
 )
 def test_wrong_column_or_dtype_is_refused(name: str, kw: dict[str, str], message: str) -> None:
@@ -228,6 +228,14 @@ def test_an_array_header_cut_short_is_refused(tmp_path: Path) -> None:
             r"missing: x\.mds; not listed there: shard\.00000\.mds",
         ),
         (lambda ix: ix["shards"][0].update(column_sizes=[None]), "three lists"),
+        (  # issue 36: was an OverflowError in the int64 size table
+            lambda ix: ix["shards"][0].update(column_sizes=[None, 2**64 + 3]),
+            r"column_sizes\[1\] is 18446744073709551619; expected a byte size from 0 to 4294967295",
+        ),
+        (
+            lambda ix: ix["shards"][0].update(column_sizes=[-1, None]),
+            r"column_sizes\[0\] is -1; expected a byte size",
+        ),
     ],
 )
 def test_bad_index_is_refused(tmp_path: Path, edit: Any, message: str) -> None:

@@ -348,3 +348,32 @@ def test_huge_tatm_metadata_is_refused_unread(tmp_path: Path) -> None:
     (tmp_path / "metadata.yaml").write_bytes(b"#" * (2 << 20))
     with pytest.raises(FormatError, match=r"metadata\.yaml: larger than 1048576 bytes"):
         describe(tmp_path)
+
+
+@pytest.mark.filterwarnings("ignore:.*trailing zero")
+def test_eos_reaches_the_describe_step_of_every_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``docs``, ``inspect``, ``convert`` and ``merge`` (to a NumPy folder) with ``--eos 0``
+    on a tatm folder keep the last document's trailing EOS 0 (issue 36: ``docs`` dropped it
+    while ``inspect`` counted it)."""
+    import json
+
+    from streamload.cli.main import main
+
+    docs = [[5, 6, 0], [7, 8, 9, 0], [4, 0]]
+    tokens = np.array([t for d in docs for t in d], dtype=np.uint16)
+    folder = write_tatm(tmp_path, [tokens], 16, "uint16")
+    assert main(["docs", str(folder), "--eos", "0", "--count", "9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"documents": docs}
+    assert main(["inspect", str(folder), "--eos", "0", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_tokens"] == 9
+    out = tmp_path / "out"
+    for command in (["convert", str(folder), str(out / "a.pbin"), "--to", "modalities"],
+                    ["merge", str(folder), str(folder), str(out / "merged")]):  # fmt: skip
+        assert main([*command, "--eos", "0"]) == 0, command
+    capsys.readouterr()
+    assert main(["docs", str(out / "a.pbin"), "--count", "9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"documents": docs}
+    assert main(["docs", str(out / "merged"), "--eos", "0", "--count", "9", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"documents": docs + docs}

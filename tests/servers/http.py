@@ -130,6 +130,12 @@ class FaultPlan:
         slow_paths: Path substrings delayed by ``slow_seconds`` more.
         slow_seconds: Extra delay of ``slow_paths``.
         seed: Seed of the fault draws.
+        fail_nth: ``(substring, n)``: the ``n``-th GET (1-based, ranged or not, counted over
+            every path that holds ``substring``) is answered ``fail_status``, once (a
+            transient 5xx at a chosen point of a file's reads: footer, header, tokens).
+        fail_count: GETs answered so from the ``n``-th on (default 1: a transient error).
+        fail_whole_reads: ``fail_paths`` apply to GETs without ``Range`` too (a whole-object
+            read, e.g. s3fs's ``cat_file``).
     """
 
     latency: float = 0.0
@@ -141,7 +147,12 @@ class FaultPlan:
     slow_paths: tuple[str, ...] = ()
     slow_seconds: float = 0.0
     seed: int = 0
+    fail_nth: tuple[str, int] | None = None
+    fail_count: int = 1
+    fail_whole_reads: bool = False
     injected: dict[str, int] = field(default_factory=lambda: {"errors": 0, "truncated": 0})
+    gets: list[str] = field(default_factory=list)
+    """The GETs ``fail_nth`` counted, in order."""
 
 
 class _ProxyHandler(SimpleHTTPRequestHandler):
@@ -156,9 +167,18 @@ class _ProxyHandler(SimpleHTTPRequestHandler):
 
     def _draw(self) -> str:
         plan = self.plan
+        if self.command == "GET" and plan.fail_nth is not None and plan.fail_nth[0] in self.path:
+            with self.lock:
+                plan.gets.append(self.path)
+                if 0 <= len(plan.gets) - plan.fail_nth[1] < plan.fail_count:
+                    plan.injected["errors"] += 1
+                    return "fail"
+        failing = any(p in self.path for p in plan.fail_paths)
+        if self.command == "GET" and failing and plan.fail_whole_reads:
+            return "fail"
         if self.command != "GET" or "Range" not in self.headers:
             return "pass"
-        if any(p in self.path for p in plan.fail_paths):
+        if failing:
             return "fail"
         with self.lock:
             if sum(plan.injected.values()) >= plan.max_faults:

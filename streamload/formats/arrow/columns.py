@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
+from streamload.formats._io_errors import is_parse_error
 
 __all__ = [
     "DEFAULT_COLUMN",
@@ -58,16 +59,19 @@ def arrow_errors(path: str, kind: str) -> Iterator[None]:
     """pyarrow's parse errors inside the block as :class:`FormatError` naming ``path``
     (``kind``: "Arrow IPC", "Parquet").
 
-    Converted: any ``pyarrow.lib.ArrowException``, and a plain ``OSError`` (exactly that
-    type: what pyarrow raises for a corrupt or truncated file). An ``OSError`` subclass
-    (``ConnectionResetError``, ``TimeoutError``... from a remote file object) propagates
-    unchanged, so the storage layer's retries see a network error, not a corrupt file.
+    Converted: any ``pyarrow.lib.ArrowException``, and a plain ``OSError`` without an
+    ``errno`` (exactly that type: what pyarrow raises for a corrupt or truncated file, e.g.
+    "Couldn't deserialize thrift"). Everything else propagates unchanged, so the storage
+    layer's retries see a network error, not a corrupt file: pyarrow re-raises what a Python
+    file object raised, and a remote file system's errors are ``OSError`` subclasses
+    (``ConnectionResetError``, ``TimeoutError``...) or carry an ``errno`` (s3fs turns a 500
+    into ``OSError(EREMOTEIO, ...)``: issue 36, once refused as a corrupt Parquet footer).
     """
     pa = import_pyarrow(path)
     try:
         yield
     except (pa.lib.ArrowException, OSError) as exc:
-        if not isinstance(exc, pa.lib.ArrowException) and type(exc) is not OSError:
+        if not isinstance(exc, pa.lib.ArrowException) and not is_parse_error(exc):
             raise
         raise FormatError(
             f"{path}: not a readable {kind} file ({exc}); it is truncated or corrupt"

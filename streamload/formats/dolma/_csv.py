@@ -29,6 +29,7 @@ from typing import BinaryIO
 import numpy as np
 
 from streamload.errors import FormatError
+from streamload.formats._io_errors import is_parse_error
 
 __all__ = [
     "CHUNK_BYTES",
@@ -218,6 +219,8 @@ def _inflate(fh: BinaryIO, path: str, limits: RowLimits, chunk_bytes: int) -> It
             try:
                 piece = gz.read(chunk_bytes)
             except (OSError, EOFError, zlib.error) as exc:
+                if not is_parse_error(exc):
+                    raise  # a failed read of a remote file: retried, not corruption
                 raise FormatError(
                     f"{path}: not a readable gzip file ({exc}); it is truncated or corrupt"
                 ) from exc

@@ -16,6 +16,7 @@ import numpy as np
 from numpy.lib import format as npformat
 
 from streamload.errors import FormatError
+from streamload.formats._io_errors import is_parse_error
 from streamload.formats.base import (
     ListedFile,
     MemmapShard,
@@ -62,6 +63,8 @@ def _read_header(fh: BinaryIO, path: str) -> tuple[tuple[int, ...], bool, np.dty
     except FormatError:
         raise
     except Exception as exc:
+        if not is_parse_error(exc):
+            raise  # a failed read of a remote file: retried, not corruption (issue 36)
         raise FormatError(f"{path}: corrupt NPY header: {exc}") from exc
     return shape, fortran, dtype, header.tell()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamload.catalog.readable import without_unreadable_documents
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
@@ -57,7 +58,9 @@ class PackedSource(TokenSource):
     """
 
     def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
-        self._bind(config, catalog)
+        # The plan reads every shard's documents now: under on_error = "skip" one that stays
+        # unreadable is left out like an unreadable header (docs/remote.md).
+        self._bind(config, without_unreadable_documents(catalog, config.eos_token_id))
         self.pad_token_id = int(config.pad_token_id)  # type: ignore[arg-type]  # checked by config
         if not np.can_cast(np.min_scalar_type(self.pad_token_id), self.shards.dtype):
             raise ConfigError(
