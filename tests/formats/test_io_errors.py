@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from streamload.formats._dolma_csv import RowLimits, read_rows
-from streamload.formats.npy import describe_npy
+from streamload.formats.dolma._csv import RowLimits, read_rows
+from streamload.formats.numpy.npy import describe_npy
 
 from streamload.errors import FormatError
 from streamload.formats._io_errors import is_parse_error
@@ -62,7 +62,7 @@ def test_parse_errors_are_told_from_io_errors(exc: BaseException, parse: bool) -
 def test_a_failed_read_propagates_from_every_decoder(error: OSError) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
-    from streamload.formats.arrow_columns import arrow_errors
+    from streamload.formats.arrow.columns import arrow_errors
 
     buf = io.BytesIO()
     pq.write_table(pa.table({"input_ids": [[1, 2]]}), buf)
@@ -81,7 +81,7 @@ def test_a_failed_read_propagates_from_every_decoder(error: OSError) -> None:
 def test_corrupt_bytes_stay_format_errors() -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
-    from streamload.formats.arrow_columns import arrow_errors
+    from streamload.formats.arrow.columns import arrow_errors
 
     buf = io.BytesIO()
     pq.write_table(pa.table({"input_ids": [[1, 2]] * 100}), buf)

@@ -97,17 +97,19 @@ def test_multimodal_modes_and_zero_copy() -> None:
 def test_folder_sniffs_every_dataset(tmp_path: Path) -> None:
     for name in FIXTURES:
         copy_fixture(tmp_path, name)
-    catalog = describe(tmp_path)
+    with pytest.raises(FormatError, match="one source's files hold one token dtype"):
+        describe(tmp_path)  # the fixtures hold several dtypes (issue 36 item 7)
+    catalog = describe(tmp_path, dtype="int64")  # every one casts to it safely
     assert [s.relpath for s in catalog.shards] == sorted(f"{n}.bin" for n in FIXTURES)
     assert {s.format for s in catalog.shards} == {"megatron"}
-    explicit = describe(tmp_path, format="megatron")
+    explicit = describe(tmp_path, format="megatron", dtype="int64")
     assert explicit.shards == catalog.shards
 
 
 def test_configured_dtype_must_match_the_index() -> None:
     assert read(DATA / "tiny_text_document", dtype="uint16")[0] == TINY
-    with pytest.raises(FormatError, match=r"tiny_text_document\.idx: .*uint16 \(code 8\).*uint32"):
-        describe(DATA / "tiny_text_document", dtype="uint32")
+    with pytest.raises(FormatError, match=r"tiny_text_document\.idx: .*uint16 \(code 8\).*uint8"):
+        describe(DATA / "tiny_text_document", dtype="uint8")  # uint16 does not cast to it
 
 
 # -- writer: byte-identical to IndexedDatasetBuilder --------------------------------------

@@ -143,8 +143,21 @@ def remote(
 
 
 @pytest.mark.filterwarnings("ignore:each pass")
-@pytest.mark.parametrize(("what", "nth"), FAULTS)
-@pytest.mark.parametrize("fmt", FORMATS)
+def _cases(cases: list[tuple[str, ...]], fast: set[tuple[str, ...]]) -> list[Any]:
+    """Every case; those not in ``fast`` in the slow tier (each builds a remote loader)."""
+    slow = (pytest.mark.slow,)
+    return [
+        pytest.param(*c, marks=() if c in fast else slow, id="-".join(map(str, c))) for c in cases
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fmt", "what", "nth"),
+    _cases(
+        [(f, w, n) for f in FORMATS for w, n in FAULTS],
+        {("parquet", "tokens", 2), ("megatron", "part", 2)},
+    ),
+)
 def test_one_server_error_is_retried(
     fmt: str, what: str, nth: int, corpora: Any, s3: S3Server, tmp_path: Path
 ) -> None:
@@ -161,7 +174,7 @@ def test_one_server_error_is_retried(
 
 
 @pytest.mark.filterwarnings("ignore:each pass", "ignore:.*skip", "ignore:.*unreadable")
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", _cases([(f,) for f in FORMATS], {("parquet",)}))
 def test_a_shard_failing_past_its_retries_is_skipped(
     fmt: str, corpora: Any, s3: S3Server, tmp_path: Path
 ) -> None:
@@ -179,8 +192,12 @@ def test_a_shard_failing_past_its_retries_is_skipped(
 
 
 @pytest.mark.filterwarnings("ignore:each pass", "ignore:.*skip", "ignore:.*unreadable")
-@pytest.mark.parametrize("mode", ["packed", "padded"])
-@pytest.mark.parametrize("fmt", ["litdata", "numpy"])
+@pytest.mark.parametrize(
+    ("fmt", "mode"),
+    _cases(
+        [(f, m) for f in ("litdata", "numpy") for m in ("packed", "padded")], {("numpy", "packed")}
+    ),
+)
 def test_a_shard_unreadable_at_plan_build_is_left_out(
     fmt: str, mode: str, corpora: Any, s3: S3Server, tmp_path: Path
 ) -> None:

@@ -120,7 +120,7 @@ def test_few_maps_stay_open(make_corpus: Callable, monkeypatch: pytest.MonkeyPat
 def test_mixed_widths_gather_into_the_wider_dtype(tmp_path: Path) -> None:
     np.save(tmp_path / "a.npy", np.array([1, 2, 3], dtype=np.uint16))
     np.save(tmp_path / "b.npy", np.array([70_000, 5], dtype=np.uint32))
-    shards = shard_set(tmp_path)
+    shards = shard_set(tmp_path, dtype="uint32")  # mixed widths: the config names one (issue 36.7)
     assert shards.dtype == np.uint32
     out = shards.gather(np.array([1]), np.empty((1, 4), dtype=shards.dtype))
     assert out.tolist() == [[2, 3, 70_000, 5]]
