@@ -136,14 +136,21 @@ def list_entries(
     files: list[ListedFile] = []
     what = "loss-mask files" if masks else "token files"
     indexes: FolderIndexes = {}
+    field = "label_masks" if masks else "path"
     for raw, entry in zip(raws, entries, strict=True):
         column = None if masks else column_name(source.column)
-        infos = retrying(storage, f"listing {raw}", _expand, fs, entry, column, indexes)
+        try:
+            infos = retrying(storage, f"listing {raw}", _expand, fs, entry, column, indexes)
+        except _MissingPath:
+            raise ConfigError(
+                f"source {source.name!r}: {field} {raw!r}: no such file or folder"
+            ) from None
         found = [_listed(fs, i, rel, storage) for i, rel in infos]
         if not found:
             looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)}"
             looked += "; MDS shards of 0 samples are left out)" if looked else ""
-            raise ConfigError(f"source {source.name!r}: {raw!r} holds no {what}{looked}")
+            verb = "matches" if any(c in entry for c in _GLOB_CHARS) else "holds"
+            raise ConfigError(f"source {source.name!r}: {field} {raw!r} {verb} no {what}{looked}")
         files.extend(found)
     seen: set[str] = set()
     for f in files:
@@ -152,6 +159,10 @@ def list_entries(
             raise ConfigError(f"source {source.name!r}: {where} is listed twice in its {what}")
         seen.add(f.path)
     return files
+
+
+class _MissingPath(ConfigError):
+    """A path entry names nothing (:func:`list_entries` says which source and field)."""
 
 
 def _is_file(fs: Any, info: dict[str, Any]) -> bool:
@@ -209,7 +220,7 @@ def _expand(
     else:
         with contextlib.suppress(FileNotFoundError):  # isdir/isfile say False on any error:
             fs.info(entry)  # raise that one (retried) unless the path is missing
-        raise ConfigError(f"{entry}: no such file or folder")
+        raise _MissingPath(f"{entry}: no such file or folder")
     return [(i, _relative(i["name"], root)) for i in files]
 
 
