@@ -68,6 +68,7 @@ STATE_KEY = "streamload"
 TorchtitanBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
 """``(input_dict, labels)``, what torchtitan's training loop unpacks from each batch."""
 
+
 def to_torchtitan_batch(batch: Batch) -> TorchtitanBatch:
     """``({"input": input_ids[, "positions": position_ids]}, labels)`` of a streamload batch.
 
