@@ -261,6 +261,11 @@ def _check_unknown_keys(data: Mapping[Any, Any]) -> None:
                 label = f"[[{name}]]"
                 tables += [(t, _TABLES[label], f"{name}[{i}]", label) for i, t in enumerate(value)]
         else:
+            if name == "sampling" and isinstance(value, Mapping):  # a mode's own keys too
+                from streamload.config.sampling import mode_option_keys
+
+                own = mode_option_keys()
+                value = {k: v for k, v in value.items() if k not in own}
             tables.append((value, _TABLES[f"[{name}]"], name, f"[{name}]"))
     problems = [
         unknown_keys(table, kind, where, functools.partial(_hints, label))

@@ -204,3 +204,18 @@ def test_every_unknown_key_of_a_nested_tokenize_table_at_once() -> None:
         r"work_dir\.7: unknown key; allowed: input, output$",
     ):
         flatten_options({"tokenizer": {"name_or_pth": "t"}, "work_dir": {"inptu": "a", 7: "b"}})
+
+
+def test_a_modes_own_sampling_keys_are_not_unknown() -> None:
+    """``[sampling]`` holds the shared keys and the mode's own (``long_documents``)."""
+    cfg = minimal(
+        pad_token_id=1,
+        sampling={"mode": "packed", "long_documents": "split", "shufle": True},
+        packing={"mask": True},
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(cfg)
+    message = str(caught.value)
+    assert message.startswith("sampling: unknown key(s) shufle (did you mean shuffle?); ")
+    assert "; packing: unknown key(s) mask (did you mean masks?); " in message
+    assert "long_documents" not in message.split("allowed:")[0]
