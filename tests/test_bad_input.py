@@ -36,7 +36,7 @@ def test_empty_folder(tmp_path: Path) -> None:
 
 
 def test_missing_folder(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"/gone: no such file or folder"):
+    with pytest.raises(ConfigError, match=r"source 'web': path '.*/gone': no such file or folder"):
         build_loader(config(tmp_path / "gone"), batch_size=2)
 
 

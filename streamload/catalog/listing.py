@@ -20,6 +20,7 @@ import contextlib
 import posixpath
 from typing import Any, NamedTuple
 
+from streamload.catalog.dataset_dict import dataset_dict_hint
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
@@ -144,15 +145,22 @@ def list_entries(
     files: list[ListedFile] = []
     what = "loss-mask files" if masks else "token files"
     indexes: FolderIndexes = {}
+    field = "label_masks" if masks else "path"
     for raw, entry in zip(raws, entries, strict=True):
         column = None if masks else column_name(source.column)
-        infos = retrying(storage, f"listing {raw}", _expand, fs, entry, column, indexes)
+        try:
+            infos = retrying(storage, f"listing {raw}", _expand, fs, entry, column, indexes)
+        except _MissingPath:
+            raise ConfigError(
+                f"source {source.name!r}: {field} {raw!r}: no such file or folder"
+            ) from None
         found = [_listed(fs, i, rel, storage) for i, rel in infos]
         if not found:
             looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)}"
             looked += "; MDS shards of 0 samples are left out)" if looked else ""
-            looked += "" if masks else _dataset_dict_hint(fs, entry, raw)
-            raise ConfigError(f"source {source.name!r}: {raw!r} holds no {what}{looked}")
+            looked += "" if masks else dataset_dict_hint(fs, entry, raw)
+            verb = "matches" if any(c in entry for c in _GLOB_CHARS) else "holds"
+            raise ConfigError(f"source {source.name!r}: {field} {raw!r} {verb} no {what}{looked}")
         files.extend(found)
     seen: set[str] = set()
     for f in files:
@@ -163,33 +171,8 @@ def list_entries(
     return files
 
 
-DATASET_DICT = "dataset_dict.json"
-"""What ``DatasetDict.save_to_disk`` writes at its root: ``{"splits": [...]}``, one
-``save_to_disk`` folder per split beside it."""
-
-
-def _dataset_dict_hint(fs: Any, entry: str, raw: str) -> str:
-    """For a Hugging Face ``DatasetDict`` root (no token file of its own), the split folders
-    found in it and the ``path`` to write instead; else ``""``. Only on the error path, so
-    any failure to look just leaves the hint out."""
-    try:
-        if not fs.isfile(f"{entry.rstrip('/')}/{DATASET_DICT}"):
-            return ""
-        listed = fs.ls(entry, detail=True)
-        splits = sorted(
-            posixpath.basename(i["name"].rstrip("/"))
-            for i in listed
-            if i.get("type") == "directory"
-        )
-    except Exception:  # a hint, never a second error
-        return ""
-    if not splits:
-        return f"; it is a Hugging Face DatasetDict ({DATASET_DICT}) without split folders"
-    return (
-        f"; it is a Hugging Face DatasetDict ({DATASET_DICT}) whose splits are the folders "
-        f"{', '.join(splits)}: set path = {raw.rstrip('/') + '/' + splits[0]!r} (one split "
-        "per source)"
-    )
+class _MissingPath(ConfigError):
+    """A path entry names nothing (:func:`list_entries` says which source and field)."""
 
 
 def _is_file(fs: Any, info: dict[str, Any]) -> bool:
@@ -250,7 +233,7 @@ def _expand(
     else:
         with contextlib.suppress(FileNotFoundError):  # isdir/isfile say False on any error:
             fs.info(entry)  # raise that one (retried) unless the path is missing
-        raise ConfigError(f"{entry}: no such file or folder")
+        raise _MissingPath(f"{entry}: no such file or folder")
     return [(i, _relative(i["name"], root)) for i in files]
 
 

@@ -30,7 +30,7 @@ from streamload.cli import (
     tokenize,
     validate,
 )
-from streamload.errors import StreamloadError
+from streamload.errors import ConfigError, StreamloadError
 
 __all__ = ["main"]
 
@@ -47,6 +47,29 @@ _COMMANDS = (
     plan,
     tokenize,
 )
+
+
+_READS_CONFIG = ("plan", "samples", "show")
+"""Subcommands whose input is the data config (``CONFIG``): a ConfigError they raise is about
+it (a source's path, a value), unless it names a command-line flag."""
+
+
+def _error_line(exc: StreamloadError, args: argparse.Namespace) -> str:
+    """The error's first line; one about a config file starts with the file's name.
+
+    A config's load errors carry the file as a note (:func:`~streamload.config.load_config`),
+    which a terminal line would not show; later errors about the config (a source path
+    naming nothing) come from the subcommands that read it.
+    """
+    line = (str(exc).splitlines() or [""])[0]
+    config = getattr(args, "config", None)
+    if not isinstance(config, str) or line.startswith((config, os.path.normpath(config))):
+        return line
+    noted = any(n.startswith("in config file ") for n in getattr(exc, "__notes__", ()))
+    flag = line.startswith(("--", "streamload "))  # a command-line argument's error
+    if noted or (isinstance(exc, ConfigError) and args.command in _READS_CONFIG and not flag):
+        return f"{config}: {line}"
+    return line
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except StreamloadError as exc:
-        print(f"streamload {args.command}: error: {exc}".splitlines()[0], file=sys.stderr)
+        print(f"streamload {args.command}: error: {_error_line(exc, args)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `streamload show ... | head`: the reader left; stop quietly
         # Python's documented recipe: point stdout at devnull so the flush at exit is silent.

@@ -36,9 +36,11 @@ __all__ = [
     "check_path",
     "check_plain",
     "check_weight_sum",
+    "close_match",
     "show",
     "table_fields",
     "to_enum",
+    "unknown_keys",
 ]
 
 Hints = Callable[[], Mapping[str, str]]
@@ -163,25 +165,47 @@ def check_weight_sum(weights: Sequence[float], where: str) -> None:
 def check_keys(data: Mapping[Any, Any], kind: type, where: str, hints: Hints | None = None) -> None:
     """Every key is a string naming a field of the dataclass ``kind``.
 
-    An unknown key is named with the closest field (``difflib``) and ``hints()[key]`` when
-    given (a key that belongs in another table, or a loader argument; called on errors only).
+    Every unknown key is named at once, each with the closest field (``difflib``) and
+    ``hints()[key]`` when given (a key that belongs in another table, or a loader argument;
+    called on errors only).
+    """
+    problem = unknown_keys(data, kind, where, hints)
+    if problem:
+        raise ConfigError(problem)
+
+
+def unknown_keys(
+    data: Mapping[Any, Any], kind: type, where: str, hints: Hints | None = None
+) -> str | None:
+    """What :func:`check_keys` would say of a table's unknown keys (``None``: none), so a
+    caller can report those of several tables in one message.
+
+    Raises:
+        ConfigError: a key is not a string.
     """
     for key in data:
         if not isinstance(key, str):
             raise ConfigError(f"{where}: key {show(key)} ({type(key).__name__}) must be a string")
     allowed = sorted(f.name for f in dataclasses.fields(kind))
     unknown = sorted(set(data) - set(allowed))
-    if unknown:
-        known = hints() if hints is not None else {}
-        named = ", ".join(_explain(key, allowed, known) for key in unknown)
-        raise ConfigError(f"{where}: unknown key(s) {named}; allowed: {', '.join(allowed)}")
+    if not unknown:
+        return None
+    known = hints() if hints is not None else {}
+    named = ", ".join(_explain(key, allowed, known) for key in unknown)
+    return f"{where}: unknown key(s) {named}; allowed: {', '.join(allowed)}"
+
+
+def close_match(word: str, choices: Sequence[str]) -> str | None:
+    """The choice ``word`` most likely misspells (``difflib``, similarity >= 0.7), if any."""
+    import difflib  # only on an error: not at `import streamload`
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.7)
+    return close[0] if close else None
 
 
 def _explain(key: str, allowed: list[str], hints: Mapping[str, str]) -> str:
-    import difflib  # only on an error: not at `import streamload`
-
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.7)
-    notes = [f"did you mean {close[0]}?"] if close else []
+    close = close_match(key, allowed)
+    notes = [f"did you mean {close}?"] if close else []
     if key in hints:
         notes.append(hints[key])
     return f"{key} ({' '.join(notes)})" if notes else key

@@ -14,11 +14,12 @@ from typing import Any
 
 from streamload.config.checks import (
     check_int,
-    check_keys,
     check_plain,
     check_weight_sum,
+    close_match,
     show,
     table_fields,
+    unknown_keys,
 )
 from streamload.config.files import read_config_file
 from streamload.config.modes import mode_plugin
@@ -149,7 +150,7 @@ class DataConfig:
             if unknown or absent:
                 raise ConfigError(
                     f"schedule at start_step {phase.start_step}: "
-                    + (f"unknown source(s) {', '.join(unknown)}; " if unknown else "")
+                    + (f"unknown source(s) {_suggest(unknown, names)}; " if unknown else "")
                     + (f"no weight for {', '.join(absent)}; " if absent else "")
                     + f"sources are {', '.join(names)}"
                 )
@@ -164,7 +165,7 @@ class DataConfig:
         """
         if not isinstance(data, Mapping):
             raise ConfigError(f"config must be a mapping, got {type(data).__name__}")
-        check_keys(data, cls, "config", functools.partial(_hints, "config"))
+        _check_unknown_keys(data)
         if "seq_len" not in data:
             raise ConfigError("config: seq_len is required")
         raw_sources = data.get("sources", [])
@@ -241,6 +242,39 @@ def _hints(table: str) -> dict[str, str]:
     for f in dataclasses.fields(LoaderOptions):
         hints.setdefault(f.name, f"it is a loader option: LoaderOptions({f.name}=...)")
     return hints
+
+
+def _suggest(unknown: list[str], names: list[str]) -> str:
+    """``webb (did you mean web?), code``: each unknown name with the one it may misspell."""
+    close = [(name, close_match(name, names)) for name in unknown]
+    return ", ".join(f"{n} (did you mean {c}?)" if c else n for n, c in close)
+
+
+def _check_unknown_keys(data: Mapping[Any, Any]) -> None:
+    """The unknown keys of every table of a config, all in one error: a user with three typos
+    fixes them in one go, not in three runs."""
+    tables: list[tuple[Any, type, str, str]] = [(data, DataConfig, "config", "config")]
+    for name in ("sources", "sampling", "packing", "mixture", "storage", "schedule"):
+        value = data.get(name)
+        if name in ("sources", "schedule"):  # a list of tables
+            if isinstance(value, Sequence) and not isinstance(value, str):
+                label = f"[[{name}]]"
+                tables += [(t, _TABLES[label], f"{name}[{i}]", label) for i, t in enumerate(value)]
+        else:
+            if name == "sampling" and isinstance(value, Mapping):  # a mode's own keys too
+                from streamload.config.sampling import mode_option_keys
+
+                own = mode_option_keys()
+                value = {k: v for k, v in value.items() if k not in own}
+            tables.append((value, _TABLES[f"[{name}]"], name, f"[{name}]"))
+    problems = [
+        unknown_keys(table, kind, where, functools.partial(_hints, label))
+        for table, kind, where, label in tables
+        if isinstance(table, Mapping)
+    ]
+    found = [problem for problem in problems if problem]
+    if found:
+        raise ConfigError("; ".join(found))
 
 
 def _sub(kind: type, data: Any, where: str) -> Any:

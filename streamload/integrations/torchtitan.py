@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -67,8 +67,6 @@ STATE_KEY = "streamload"
 
 TorchtitanBatch = tuple[dict[str, torch.Tensor], torch.Tensor]
 """``(input_dict, labels)``, what torchtitan's training loop unpacks from each batch."""
-
-ConfigSource = str | os.PathLike[str] | Mapping[str, Any] | DataConfig
 
 
 def to_torchtitan_batch(batch: Batch) -> TorchtitanBatch:
@@ -257,23 +255,51 @@ def build_torchtitan_dataloader(
     return TorchtitanLoader(loader, infinite=config.infinite)
 
 
-@dataclass(frozen=True, kw_only=True)
-class TorchtitanDataConfig:
+def _torchtitan_config_base() -> type:
+    """torchtitan's ``BaseDataLoader.Config`` when torchtitan imports, else ``object``.
+
+    torchtitan parses its command line with tyro, which expands ``--dataloader.*`` only for
+    a value that is an instance of the field's declared type (``BaseDataLoader.Config``);
+    a value of another class becomes a union of subcommands that every override must name.
+    """
+    try:
+        from torchtitan.components.dataloader import BaseDataLoader
+    except ImportError:  # torchtitan absent (or 0.2 without triton): plain dataclass
+        return object
+    base: type = BaseDataLoader.Config
+    return base
+
+
+# Not frozen: torchtitan's configs are mutable dataclasses, and a frozen dataclass cannot
+# subclass one. slots and kw_only as torchtitan demands of every Configurable.Config.
+@dataclass(kw_only=True, slots=True)
+class TorchtitanDataConfig(_torchtitan_config_base()):  # type: ignore[misc]
     """torchtitan's ``config.dataloader`` (0.3) for streamload; its ``build`` is also a
     ``TrainSpec.build_dataloader_fn`` (0.1-0.2).
 
+    Where torchtitan is installed this is a subclass of its ``BaseDataLoader.Config``
+    (whose ``dataset`` and ``dataset_path`` fields it inherits and ignores), and every field
+    has a type torchtitan's command line (tyro) parses, so ``--dataloader.data other.toml``,
+    ``--dataloader.num-workers 4``, ``--dataloader.no-infinite`` and
+    ``--dataloader.options.worker-type PROCESS`` override a config registry's values.
+
     Args:
-        data: The streamload config: TOML/YAML/JSON path, mapping or :class:`DataConfig`.
-            Its ``seq_len`` must equal torchtitan's ``training.seq_len``.
+        data: Path of the streamload config (TOML/YAML/JSON). Its ``seq_len`` must equal
+            torchtitan's ``training.seq_len``. In code a :class:`DataConfig` or a mapping
+            is accepted too (torchtitan's command line cannot override those).
         num_workers: Loader workers per rank.
         infinite: See :class:`TorchtitanLoader`.
         options: Worker type, prefetch, pinning, chunk size.
     """
 
-    data: ConfigSource
+    data: str
     num_workers: int = 0
     infinite: bool = True
-    options: LoaderOptions | None = None
+    options: LoaderOptions = field(default_factory=LoaderOptions)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data, os.PathLike):  # a Path given in code: the field's type
+            self.data = os.fspath(self.data)
 
     build = build_torchtitan_dataloader
     """:func:`build_torchtitan_dataloader` of this config: torchtitan's builder call

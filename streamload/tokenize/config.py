@@ -24,7 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streamload.config.checks import check_bool, check_int, check_keys, check_path, to_enum
+from streamload.config.checks import (
+    check_bool,
+    check_int,
+    check_keys,
+    check_path,
+    close_match,
+    to_enum,
+)
 from streamload.config.data import read_config_file
 from streamload.errors import ConfigError
 
@@ -234,19 +241,30 @@ def flatten_options(data: Mapping[str, Any]) -> dict[str, Any]:
         ConfigError: a key that is not a string, or an unknown key inside a nested table.
     """
     flat: dict[str, Any] = {}
+    unknown: list[str] = []  # every nested table's unknown keys, reported together
     for key, value in data.items():
         if not isinstance(key, str):
             raise ConfigError(f"tokenize config: key {key!r} must be a string")
         key = key.replace("-", "_")
         if key in _NESTED and isinstance(value, Mapping):
             for sub, sub_value in value.items():
-                if not isinstance(sub, str) or sub not in _NESTED[key]:
-                    allowed = ", ".join(sorted(_NESTED[key]))
-                    raise ConfigError(f"{key}.{sub!s}: unknown key; allowed: {allowed}")
-                flat[_NESTED[key][sub]] = sub_value
+                if isinstance(sub, str) and sub in _NESTED[key]:
+                    flat[_NESTED[key][sub]] = sub_value
+                else:
+                    unknown.append(_unknown_nested(key, sub))
         elif key != "dryrun":  # a CLI action, not part of the run
             flat[key] = value
+    if unknown:
+        raise ConfigError("; ".join(unknown))
     return flat
+
+
+def _unknown_nested(table: str, key: Any) -> str:
+    """``work_dir.inptu: unknown key (did you mean input?); allowed: input, output``."""
+    allowed = sorted(_NESTED[table])
+    close = close_match(key, allowed) if isinstance(key, str) else None
+    hint = f" (did you mean {close}?)" if close else ""
+    return f"{table}.{key!s}: unknown key{hint}; allowed: {', '.join(allowed)}"
 
 
 def load_tokenize_config(path: str | os.PathLike[str]) -> dict[str, Any]:

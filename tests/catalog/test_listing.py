@@ -76,7 +76,9 @@ def test_glob_sorts_by_full_path(tmp_path: Path) -> None:
 
 def test_glob_matching_nothing(tmp_path: Path) -> None:
     touch(tmp_path / "a.bin")
-    with pytest.raises(ConfigError, match=rf"source 'web': '{tmp_path}/\*\.npy' holds no token"):
+    with pytest.raises(
+        ConfigError, match=rf"source 'web': path '{tmp_path}/\*\.npy' matches no token"
+    ):
         listed(f"{tmp_path}/*.npy")
 
 
@@ -122,16 +124,28 @@ def test_remote_duplicates_are_named_by_url(tmp_path: Path, s3: Any) -> None:
 
 
 def test_missing_path(tmp_path: Path) -> None:
+    """A path naming nothing says which source, which field and which entry."""
     missing = tmp_path / "nope"
-    with pytest.raises(ConfigError, match=rf"{missing}: no such file or folder"):
+    with pytest.raises(ConfigError, match=rf"source 'web': path '{missing}': no such file or"):
         listed(str(missing))
     touch(tmp_path / "a.bin")
-    with pytest.raises(ConfigError, match=rf"{missing}\.bin: no such file or folder"):
+    with pytest.raises(ConfigError, match=rf"source 'web': path '{missing}\.bin': no such file"):
         listed([str(tmp_path / "a.bin"), f"{missing}.bin"])
+    with pytest.raises(ConfigError, match=rf"source 'web': path '{missing}/\*\.npy' matches no "):
+        listed(f"{missing}/*.npy")
+
+
+def test_missing_mask_path_names_label_masks(tmp_path: Path) -> None:
+    touch(tmp_path / "a.bin")
+    source = SourceConfig(
+        name="web", path=str(tmp_path / "a.bin"), dtype="uint16", label_masks=str(tmp_path / "gone")
+    )
+    with pytest.raises(ConfigError, match=rf"source 'web': label_masks '{tmp_path}/gone': no "):
+        describe_source(source)
 
 
 def test_empty_folder(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=rf"source 'web': '{tmp_path}' holds no token files"):
+    with pytest.raises(ConfigError, match=rf"source 'web': path '{tmp_path}' holds no token files"):
         listed(str(tmp_path))
     (tmp_path / "readme.txt").write_text("no shards here")
     touch(tmp_path / "sub" / "a.bin")

@@ -3,6 +3,7 @@ one, integers in range (int64 at most), finite numbers, and the path of a bad va
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from streamload.config import load_config
 from streamload.config.checks import INT64_MAX, check_count, check_int, check_number
 from streamload.errors import ConfigError
+from streamload.tokenize.config import flatten_options
 
 
 def minimal(**top: Any) -> dict[str, Any]:
@@ -153,3 +155,67 @@ def test_check_count_takes_numpy_integers_as_int() -> None:
     ):
         with pytest.raises(ConfigError, match=match):
             check_count(value, "x", 1)
+
+
+def test_every_unknown_key_of_every_table_at_once() -> None:
+    """Three typos in three tables are one error naming each with its suggestion."""
+    cfg = {
+        **with_source(pth="/d", dtyp="uint16"),
+        "sed": 1,
+        "batch_size": 4,
+        "sampling": {"shufle": True},
+        "schedule": [{"start_step": 0, "weights": {"web": 1}}, {"start_stp": 9}],
+    }
+    with pytest.raises(ConfigError) as caught:
+        load_config(cfg)
+    message = str(caught.value)
+    assert "\n" not in message
+    parts = [
+        r"config: unknown key\(s\) batch_size \(did you mean global_batch_size\? it is a loader "
+        r"argument: build_loader\(batch_size=\.\.\.\)\), sed \(did you mean seed\?\); allowed: ",
+        r"; sources\[0\]: unknown key\(s\) dtyp \(did you mean dtype\?\), pth \(did you mean "
+        r"path\?\); allowed: ",
+        r"; sampling: unknown key\(s\) shufle \(did you mean shuffle\?\); allowed: ",
+        r"; schedule\[1\]: unknown key\(s\) start_stp \(did you mean start_step\?\); allowed: ",
+    ]
+    assert re.fullmatch(".*".join(f"(?:{p})" for p in parts) + ".*", message), message
+
+
+def test_a_misspelled_source_in_a_schedule_names_the_one_meant() -> None:
+    cfg = minimal(
+        sources=[{"name": "web", "path": "/a", "weight": 1}, {"name": "code", "path": "/b"}],
+        global_batch_size=4,
+        schedule=[{"start_step": 0, "weights": {"webb": 1, "cod": 1, "zzz": 2}}],
+    )
+    cfg["sources"][1]["weight"] = 1
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown source\(s\) cod \(did you mean code\?\), webb \(did you mean web\?\), "
+        r"zzz; no weight for web, code",
+    ):
+        load_config(cfg)
+
+
+def test_every_unknown_key_of_a_nested_tokenize_table_at_once() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"^tokenizer\.name_or_pth: unknown key \(did you mean name_or_path\?\); allowed: "
+        r".*; work_dir\.inptu: unknown key \(did you mean input\?\); allowed: input, output; "
+        r"work_dir\.7: unknown key; allowed: input, output$",
+    ):
+        flatten_options({"tokenizer": {"name_or_pth": "t"}, "work_dir": {"inptu": "a", 7: "b"}})
+
+
+def test_a_modes_own_sampling_keys_are_not_unknown() -> None:
+    """``[sampling]`` holds the shared keys and the mode's own (``long_documents``)."""
+    cfg = minimal(
+        pad_token_id=1,
+        sampling={"mode": "packed", "long_documents": "split", "shufle": True},
+        packing={"mask": True},
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(cfg)
+    message = str(caught.value)
+    assert message.startswith("sampling: unknown key(s) shufle (did you mean shuffle?); ")
+    assert "; packing: unknown key(s) mask (did you mean masks?); " in message
+    assert "long_documents" not in message.split("allowed:")[0]

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from streamload.formats.dolma._csv import RowLimits, read_rows
-from streamload.formats.numpy.npy import describe_npy
 
 from streamload.errors import FormatError
 from streamload.formats._io_errors import is_parse_error
+from streamload.formats.dolma._csv import RowLimits, read_rows
+from streamload.formats.numpy.npy import describe_npy
 
 
 class FailingFile(io.RawIOBase):
@@ -62,6 +62,7 @@ def test_parse_errors_are_told_from_io_errors(exc: BaseException, parse: bool) -
 def test_a_failed_read_propagates_from_every_decoder(error: OSError) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
+
     from streamload.formats.arrow.columns import arrow_errors
 
     buf = io.BytesIO()
@@ -81,6 +82,7 @@ def test_a_failed_read_propagates_from_every_decoder(error: OSError) -> None:
 def test_corrupt_bytes_stay_format_errors() -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
+
     from streamload.formats.arrow.columns import arrow_errors
 
     buf = io.BytesIO()

@@ -160,16 +160,22 @@ def test_example_trains_and_resumes_on_the_next_batch(
 
 
 def test_example_uses_the_reference_on_cpu(example: Any) -> None:
+    """Neither varlen kernel runs on CPU (torch's ``varlen_attn`` raises there)."""
     q = torch.randn(10, 2, 8)
     cu_seqlens = torch.tensor([0, 3, 10], dtype=torch.int32)
     expected = example.varlen_attention(q, q, q, cu_seqlens, 7)
     torch.testing.assert_close(example.attention(q, q, q, cu_seqlens, 7), expected)
+    assert example.attention_kind(torch.device("cpu")).startswith("dense reference")
+    if example.flash_attn_varlen_func is None and example.varlen_attn is not None:
+        assert example.attention_kind(torch.device("cuda")) == (
+            "torch.nn.attention.varlen.varlen_attn"
+        )
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the varlen kernels need CUDA")
 @pytest.mark.parametrize("kernel", ["flash_attn", "torch"])
 def test_cuda_kernels_match_the_reference(
-    example: Any, batches: dict[int, list[Batch]], kernel: str
+    example: Any, batches: dict[int, list[Batch]], kernel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """flash-attn's ``flash_attn_varlen_func`` and torch's ``varlen_attn`` (causal is
     ``window_size=(-1, 0)``), in bf16, against the fp32 reference."""
@@ -177,12 +183,11 @@ def test_cuda_kernels_match_the_reference(
         if example.flash_attn_varlen_func is None:
             pytest.skip("flash_attn is not installed")
         call = example.attention
-    else:
-        varlen = pytest.importorskip("torch.nn.attention.varlen")
-
-        def call(q: Any, k: Any, v: Any, cu: torch.Tensor, m: int) -> Any:
-            half = [x.bfloat16() for x in (q, k, v)]
-            return varlen.varlen_attn(*half, cu, cu, m, m, window_size=(-1, 0)).float()
+    else:  # the example's own path where flash-attn is not installed
+        if example.varlen_attn is None:
+            pytest.skip("this torch has no torch.nn.attention.varlen")
+        monkeypatch.setattr(example, "flash_attn_varlen_func", None)
+        call = example.attention
 
     batch = batches[64][0]
     q, k, v = torch.randn(3, batch["input_ids"].numel(), 4, 64).unbind(0)

@@ -450,7 +450,9 @@ def test_a_missing_path_is_named_at_once(tmp_path: Path, s3: S3Server) -> None:
     config = {"seq_len": 16, "storage": {"cache_dir": str(tmp_path), **FAST},
               "sources": [{"name": "w", "path": "s3://nobucket-here/data/",
                            "storage_options": s3.storage_options()}]}  # fmt: skip
-    with pytest.raises(ConfigError, match=r"nobucket-here/data.*no such file or folder"):
+    with pytest.raises(
+        ConfigError, match=r"source 'w': path 's3://nobucket-here/data/': no such file or folder"
+    ):
         build_loader(config, batch_size=4)
 
 
