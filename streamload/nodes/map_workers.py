@@ -42,6 +42,7 @@ import torch.multiprocessing as tmp
 from torchdata.nodes import BaseNode
 
 from streamload.errors import WorkerDiedError, add_note
+from streamload.nodes._exit import stop_at_exit
 from streamload.nodes._slots import SlotPool, SlotRef, read_slot, write_slot
 from streamload.nodes._worker_failure import _Failure
 from streamload.nodes._worker_stats import merge_storage_deltas, take_storage_deltas
@@ -240,6 +241,8 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
                 self._workers.pop()
                 self._abandon(join=True)
                 raise
+        # Stopped before the interpreter exits: a thread killed inside numpy's C++ aborts.
+        stop_at_exit(self, self._workers if self.method == "thread" else ())
 
     def _fill(self) -> None:
         while not self._exhausted and self._submitted - self._delivered < self.max_inflight:
@@ -358,13 +361,24 @@ class MapWorkers(BaseNode[Y], Generic[X, Y]):
         with contextlib.suppress(Exception):
             self._abandon(join=False)
 
+    def stop_without_draining(self) -> None:
+        """Stop now (at interpreter exit): a thread worker ends after the item it is
+        computing, and is joined by the exit hook (:mod:`streamload.nodes._exit`); a process
+        worker is terminated."""
+        self._abandon(join=True)
+
     def _abandon(self, join: bool) -> None:
-        """Stop at once without draining (after a worker died, or at garbage collection)."""
+        """Stop at once without draining (after a worker died, at garbage collection, at
+        exit)."""
         workers, self._workers = self._workers, []
         for worker, tasks in zip(workers, self._tasks, strict=False):
             if self.method == "process":
                 worker.terminate()
             else:
+                # Items not started are dropped: the thread ends after its current one.
+                with contextlib.suppress(queue.Empty):
+                    while True:
+                        tasks.get_nowait()
                 tasks.put_nowait(None)
                 tasks.put_nowait(None)
         for worker in workers:

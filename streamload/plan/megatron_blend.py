@@ -74,7 +74,12 @@ class BlendSizes(NamedTuple):
 
 
 def normalize(weights: Weights) -> np.ndarray:
-    """megatron ``utils.normalize``: float64 ``w / numpy.sum(w)``."""
+    """megatron ``utils.normalize``: float64 ``w / numpy.sum(w)``.
+
+    megatron-core's own float operations in its order, on purpose (docs/design.md §2.14):
+    ``numpy.sum``, never the built-in ``sum()``, whose result moved in Python 3.12
+    (compensated summation) and decides exact ties of the blend otherwise than Megatron.
+    """
     array = np.asarray(weights, dtype=np.float64)
     return array / np.sum(array)
 

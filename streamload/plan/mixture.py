@@ -16,6 +16,10 @@ Worked example, weights (0.7, 0.3), B = 4 (w·B = 2.8, 1.2; floors 2, 1; one ext
 | 1 | 0.6, 0.4 | web | 3, 1 | 6, 2 |
 | 2 | 0.4, 0.6 | code | 2, 2 | 8, 4 |
 
+Every decision is exact: the weights are read as exact integers
+(:mod:`streamload.plan._exact`), so floors, extras and deficit ties are the same on every
+machine and Python version. A weight of 0.7 is 7/10: with B = 10 it gets exactly 7 rows.
+
 Within a batch, sources are interleaved evenly (source s's k-th sample sits at fraction
 ``(k + ½) / c_s`` of the batch), so every rank's contiguous share sees the same mix.
 
@@ -34,13 +38,16 @@ global batch size), so :func:`replay_cursor` recomputes the cursor from ``step``
 from __future__ import annotations
 
 import bisect
+import decimal
 import functools
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from streamload.plan._exact import integer_weights
+
 __all__ = [
+    "ALLOCATION",
     "MixtureCursor",
     "Phase",
     "advance_cursor",
@@ -53,13 +60,35 @@ __all__ = [
     "replay_cursor",
 ]
 
+ALLOCATION = "exact-1"
+"""The allocation rule's name, part of a mixture's fingerprint: its decisions are exact
+integer comparisons (:mod:`streamload.plan._exact`). A state saved under the float rule before
+it (unnamed) is refused by name rather than resumed on other ties."""
+
 
 def effective_weights(weights: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Normalized weights after temperature scaling ``w^(1/T)`` (KempnerForge); 0 stays 0."""
+    """Normalized weights after temperature scaling ``w^(1/T)`` (KempnerForge); 0 stays 0.
+
+    The same bits on every machine: the division and numpy's sum of a float64 vector are
+    IEEE operations in a fixed order, and the power is computed in 40-digit decimals and
+    rounded once (``numpy.power`` may take a SIMD path whose last bit differs from libm's).
+    """
     w = np.asarray(weights, dtype=np.float64)
     if temperature != 1.0:
-        w = np.where(w > 0, np.power(w / w.max(), 1.0 / temperature), 0.0)
+        w = _powered(w / w.max(), 1.0 / temperature)
     return w / w.sum()
+
+
+def _powered(ratios: np.ndarray, exponent: float) -> np.ndarray:
+    """``ratios ** exponent`` (0 for ratios <= 0), each correctly rounded but in
+    astronomically rare near-halfway cases, identically on every platform."""
+    out = np.zeros(ratios.shape, dtype=np.float64)
+    with decimal.localcontext(decimal.Context(prec=40)):
+        power = decimal.Decimal(exponent)
+        for i, ratio in enumerate(ratios.tolist()):
+            if ratio > 0:
+                out[i] = float(decimal.Decimal(ratio) ** power)
+    return out
 
 
 @dataclass(frozen=True)
@@ -96,9 +125,14 @@ def batch_counts(
 
 @dataclass(frozen=True)
 class _Rule:
-    """The allocation rule of one (weights, B): what does not change from batch to batch."""
+    """The allocation rule of one (weights, B): what does not change from batch to batch.
 
-    weights: tuple[float, ...]
+    Weight ``i`` is exactly ``nums[i] / total`` (:func:`streamload.plan._exact.integer_weights`),
+    so floors, candidates and deficits are integers and no tie is decided by rounding.
+    """
+
+    nums: tuple[int, ...]
+    total: int
     floors: tuple[int, ...]
     extra: int
     candidates: tuple[int, ...]
@@ -108,8 +142,9 @@ class _Rule:
         # Plain Python: S is small and this runs once per global batch (and per replayed one).
         counts = list(self.floors)
         if self.extra > 0:
-            w, total = self.weights, phase_samples + self.global_batch
-            order = sorted(self.candidates, key=lambda i: -(w[i] * total - (since[i] + counts[i])))
+            n, s, t = self.nums, self.total, phase_samples + self.global_batch
+            # s times the deficit w·t − (drawn + floor), negated: ascending is largest first.
+            order = sorted(self.candidates, key=lambda i: s * (since[i] + counts[i]) - n[i] * t)
             for i in order[: self.extra]:  # sorted is stable: ties go to the lowest index
                 counts[i] += 1
         return counts
@@ -117,14 +152,22 @@ class _Rule:
 
 @functools.lru_cache(maxsize=256)
 def _rule(weights: tuple[float, ...], global_batch: int) -> _Rule:
-    exact = [x * global_batch for x in weights]
-    floors = tuple(math.floor(x) for x in exact)
-    candidates = tuple(i for i, x in enumerate(exact) if x > floors[i])
-    return _Rule(weights, floors, global_batch - sum(floors), candidates, global_batch)
+    nums, total = integer_weights(weights)
+    if total <= 0:
+        raise ValueError(f"weights {list(weights)}: expected at least one above 0")
+    exact = [n * global_batch for n in nums]  # w·B times total
+    floors = tuple(x // total for x in exact)
+    candidates = tuple(i for i, x in enumerate(exact) if x % total)
+    return _Rule(tuple(nums), total, floors, global_batch - sum(floors), candidates, global_batch)
 
 
 def interleave(counts: np.ndarray) -> np.ndarray:
-    """Source index of each position of a batch, sources spread evenly (stable by index)."""
+    """Source index of each position of a batch, sources spread evenly (stable by index).
+
+    The keys ``(j + ½) / c`` are exact in effect: IEEE division is correctly rounded, so
+    equal fractions give equal keys, and two different ones differ by at least
+    ``1 / (4·c·c')``, far more than an ulp for any count below 2²³.
+    """
     sources = np.repeat(np.arange(counts.shape[0]), counts)
     ranks = np.concatenate([np.arange(c) for c in counts.tolist()]) if counts.size else sources
     keys = (ranks + 0.5) / np.repeat(np.maximum(counts, 1), counts)

@@ -36,26 +36,44 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamload.plan._exact import integer_weights
 from streamload.plan.permutation import KeyedPermutation, derive_key
 
-__all__ = ["CURRICULA", "EpochOrder", "apportion", "epoch_order", "growth_odds", "table_order"]
+__all__ = [
+    "APPORTION",
+    "CURRICULA",
+    "EpochOrder",
+    "apportion",
+    "epoch_order",
+    "growth_odds",
+    "table_order",
+]
+
+APPORTION = "exact-1"
+"""The apportioning rule's name, part of a vsl fingerprint: largest remainders decided by exact
+integer comparisons (a state saved under the float rule before it is refused by name)."""
 
 CURRICULA = ("natural", "grow_p2", "grow_linear", "cyclic_p2")
 
 
 def apportion(total: int, weights: Sequence[float]) -> np.ndarray:
     """``total`` split in proportion to ``weights`` by largest remainders (ties to the
-    lowest index): int64 counts that add up to ``total``."""
-    w = np.asarray(weights, dtype=np.float64)
-    if total == 0 or w.sum() <= 0:
-        return np.zeros(w.size, dtype=np.int64)
-    quota = total * w / w.sum()
-    counts = np.floor(quota).astype(np.int64)
-    short = total - int(counts.sum())
-    if short > 0:
-        order = np.lexsort((np.arange(w.size), -(quota - counts)))
-        counts[order[:short]] += 1
-    return counts
+    lowest index): int64 counts that add up to ``total``.
+
+    Exact: the weights are read as integers (:mod:`streamload.plan._exact`), so quotas,
+    remainders and their ties are the same on every machine.
+    """
+    nums, denominator = integer_weights(weights)
+    if total == 0 or denominator <= 0:
+        return np.zeros(len(nums), dtype=np.int64)
+    scaled = [total * n for n in nums]  # quota times the denominator
+    counts = [x // denominator for x in scaled]
+    short = total - sum(counts)
+    if short > 0:  # sorted is stable: equal remainders go to the lowest index
+        order = sorted(range(len(nums)), key=lambda i: -(scaled[i] % denominator))
+        for i in order[:short]:
+            counts[i] += 1
+    return np.array(counts, dtype=np.int64)
 
 
 def growth_odds(bucket: int, buckets: int, power: bool) -> list[int]:

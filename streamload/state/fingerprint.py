@@ -50,11 +50,26 @@ def check_fingerprint(saved: Any, current: Mapping[str, Any], ignore: bool) -> b
                     parts.append(f"{key}.{inner}: saved {short_repr(a)}, now {short_repr(b)}")
         else:
             parts.append(f"{key}: saved {short_repr(old)}, now {short_repr(new)}")
+    why = "".join(_WHY[key] for key in ("mixture_rule", "vsl") if key in diffs and key in _WHY)
     raise StateError(
         f"state fingerprint differs: the state was saved for a different stream — "
-        f"{'; '.join(parts)}. Resuming would not continue on the next sample; pass "
+        f"{'; '.join(parts)}.{why} Resuming would not continue on the next sample; pass "
         "ignore_fingerprint_mismatch=True if you mean it"
     )
+
+
+_WHY = {
+    "mixture_rule": (
+        " (a mixture's ties are decided by exact integers since issue 36: a state saved "
+        "under the float rule before has no mixture_rule; with the override the run goes on "
+        "from the saved per-source counts under the exact rule)"
+    ),
+    "vsl": (
+        " (vsl rounds its per-length and per-source counts by an exact rule since issue 36: "
+        "a state saved before has no vsl.rule)"
+    ),
+}
+"""Why a field that a streamload release added to the fingerprint differs."""
 
 
 def _check_plain(value: Any, field: str, depth: int) -> None:

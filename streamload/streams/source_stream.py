@@ -29,6 +29,7 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
 from streamload.plan.mixture import (
+    ALLOCATION,
     MixtureCursor,
     Phase,
     advance_cursor,
@@ -319,6 +320,7 @@ class SourceStream:
             last = step if cursor is not None and cursor.in_step else step - 1
             started = self.phases[: phase_at(self.phases, max(last, 0)) + 1]
             out["schedule"] = [[p.start_step, list(p.weights)] for p in started]
+            out["mixture_rule"] = ALLOCATION  # exact ties (issue 36): older states refused
         return out
 
 

@@ -26,6 +26,7 @@ from streamload.formats import open_shard
 from streamload.formats.base import ListedFile, ReadOptions
 from streamload.formats.mds.mds import FORMAT, MdsShard
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
+from tests.helpers.extras import needs
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents, is_mapped
 
@@ -80,6 +81,8 @@ def _sample(name: str, tokens: np.ndarray) -> bytes:
 
 @pytest.mark.parametrize("name", READ)
 def test_real_fixtures_read_as_streaming_dataset_reads_them(name: str) -> None:
+    if "zstd" in name:
+        needs("zstandard", "mds")
     expected = [s["tokens"] for s in EXPECTED[name]["samples"]]
     catalog = describe(DATA / name, **OPTIONS.get(name, {}))
     assert {s.format for s in catalog.shards} == {"mds"}
@@ -89,6 +92,7 @@ def test_real_fixtures_read_as_streaming_dataset_reads_them(name: str) -> None:
 
 
 def test_dtypes_come_from_the_encoding() -> None:
+    needs("zstandard", "mds")  # i32_zstd is among them
     dtypes = {n: {s.dtype for s in describe(DATA / n, **OPTIONS.get(n, {})).shards} for n in READ}
     assert dtypes == {
         "u16": {"<u2"}, "i32_zstd": {"<i4"}, "u16_gz": {"<u2"}, "fixed": {"<u2"},
@@ -125,6 +129,7 @@ def test_any_documents_read_back_exactly(
 
 
 def test_decoded_cache_is_reused_and_rebuilt(tmp_path: Path, monkeypatch: Any) -> None:
+    needs("zstandard", "mds")
     monkeypatch.setenv("STREAMLOAD_CACHE_DIR", str(tmp_path / "cache"))
     shards = describe(DATA / "i32_zstd").shards
     cached = sorted((tmp_path / "cache" / "mds").rglob("*.tokens"))
@@ -256,6 +261,7 @@ def test_missing_or_corrupt_index_is_refused(tmp_path: Path) -> None:
 
 
 def test_corrupt_zstd_and_raw_twin_are_refused(tmp_path: Path) -> None:
+    needs("zstandard", "mds")
     folder = copy_of(tmp_path, "i32_zstd")
     shard = folder / "shard.00000.mds.zstd"
     shard.write_bytes(shard.read_bytes()[:-6] + b"\0" * 6)
@@ -295,6 +301,7 @@ def test_loader_batches_equal_a_numpy_folder_of_the_same_tokens(tmp_path: Path) 
 @pytest.mark.filterwarnings("ignore:each pass")
 def test_s3_reads_equal_local(s3: Any, tmp_path: Path) -> None:
     pytest.importorskip("s3fs")
+    needs("zstandard", "mds")
     url = s3.upload_folder(DATA / "i32_zstd", "corpora", uuid.uuid4().hex[:12])
     local = loader_config(DATA / "i32_zstd")
     local["seq_len"] = 4

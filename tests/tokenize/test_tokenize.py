@@ -247,7 +247,7 @@ def test_document_too_long_for_max_size_is_an_error(tokenizer_path: str, tmp_pat
 
 
 def test_zstd_and_gzip_inputs_read_like_plain(tokenizer_path: str, tmp_path: Path) -> None:
-    import zstandard
+    zstandard = pytest.importorskip("zstandard", reason="needs zstandard (streamload[tokenizers])")
 
     texts = sentences(12, 7)
     write_jsonl(tmp_path / "p.jsonl", texts)

@@ -24,6 +24,7 @@ from streamload.cli.main import main
 from streamload.tools.convert import TARGETS, WriteOptions, convert, open_output, open_writer
 from streamload.tools.convert_targets import parse_size
 from streamload.tools.masks import mask_reader
+from tests.helpers.extras import needs
 from tests.tools.test_convert_parquet import (
     DESTINATIONS,
     catalog_of,
@@ -89,6 +90,7 @@ def _small(target: str) -> WriteOptions:
 def test_cli_writes_each_target_and_reads_it_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    needs("zstandard", "mds")  # the MDS target is written zstd-compressed
     src = write_format(tmp_path, "megatron", [[5, 6, 0], [7, 0], [8, 9, 10, 0]], "uint16")
     args = ["convert", str(src)]
     assert main([*args, str(tmp_path / "m"), "--to", "mds", "--compression", "zstd"]) == 0

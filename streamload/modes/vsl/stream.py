@@ -41,7 +41,7 @@ from streamload.modes.vsl.plan_cache import LAYOUT
 from streamload.modes.vsl.source import VslSource
 from streamload.plan.mixture import Phase, phase_at
 from streamload.plan.passes import PassPlan
-from streamload.plan.vsl_curriculum import EpochOrder, epoch_order, table_order
+from streamload.plan.vsl_curriculum import APPORTION, EpochOrder, epoch_order, table_order
 from streamload.streams.chunks import (
     ChunkPlan,
     TokenChunk,
@@ -298,6 +298,7 @@ class VslStream(SourceStream):
             "tokens_per_batch": sampling.tokens_per_batch,
             "curriculum": _curriculum_key(sampling.curriculum),
             "num_cycles": sampling.num_cycles or default_cycles(sampling.curriculum),
+            "rule": APPORTION,  # how counts per length and per source are rounded
         }
         if self.config.is_mixture:  # the phases used by a delivered batch (as concat mode's)
             done = 0 if cursor is None else cursor.pass_index * self.order.steps
