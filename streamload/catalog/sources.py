@@ -78,7 +78,17 @@ class SourceCatalog:
 
     def fingerprint(self) -> str:
         """sha256 over (relative path, bytes, tokens, dtype) of every shard, in order, and
-        for shards tokenized on the fly (jsonl) the sha256 of file and tokenizer, BOS/EOS, field."""
+        for shards tokenized on the fly (jsonl) the sha256 of file and tokenizer, BOS/EOS, field.
+
+        Computed once per catalog (every saved state holds it: the node chain saves one per
+        chunk, and a catalog may describe 10^5 shards)."""
+        cached = self.__dict__.get("_fingerprint")
+        if cached is None:
+            cached = self._digest()
+            object.__setattr__(self, "_fingerprint", cached)
+        return str(cached)
+
+    def _digest(self) -> str:
         digest = hashlib.sha256()
         for s in self.shards:
             digest.update(f"{s.relpath}\0{s.size}\0{s.num_tokens}\0{s.dtype}\n".encode())
