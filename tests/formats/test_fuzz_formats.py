@@ -22,6 +22,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streamload.catalog.sources import describe_source
+from streamload.config import SourceConfig
+from streamload.errors import StreamloadError
+from streamload.formats import open_shard
 from streamload.formats.datatrove import DatatroveWriter
 from streamload.formats.dolma import DolmaWriter
 from streamload.formats.jsonl import prepare_jsonl
@@ -231,3 +235,35 @@ def test_fuzz_jsonl(tokenizer: str, tmp_path: Path, capsys: pytest.CaptureFixtur
 
     report = run_cases(fixture, targets, tmp_path / "cases", read, SEED)
     check(report, "jsonl", capsys)
+
+
+def test_fuzz_raw_widths(tmp_path: Path) -> None:
+    """A headerless file read at every width, without vocab_size (issue 36, item 8): wider
+    than written is refused naming the written width; as written (or the same width) reads
+    the same ids; narrower is not caught (documented in ``plausible_ids``) unless a signed
+    reading gives negative ids."""
+    rng = np.random.default_rng(SEED)
+    for case in range(60):
+        written = str(rng.choice(["uint16", "uint32", "int32", "int64"]))
+        top = 2**15 if written == "uint16" else int(rng.integers(2**12, 2**21))
+        tokens = rng.integers(0, top, size=int(rng.integers(1_000, 30_000))).astype(written)
+        path = tmp_path / f"case{case}.bin"
+        tokens.tofile(path)
+        read = str(rng.choice(["uint16", "int16", "uint32", "int32", "uint64", "int64"]))
+        wider = np.dtype(read).itemsize - np.dtype(written).itemsize
+        where = f"case {case}: {written} read as {read}"
+        try:
+            catalog = describe_source(SourceConfig(name="w", path=str(path), dtype=read))
+        except StreamloadError as exc:
+            fit = "uint16" if written == "uint16" else "uint32"
+            if wider > 0:
+                assert f"looks like {fit}: set dtype = '{fit}'" in str(exc) or (
+                    "is not a multiple" in str(exc)
+                ), f"{where}: {exc}"
+            else:
+                assert wider < 0 and "no id is negative" in str(exc), f"{where}: {exc}"
+            continue
+        assert wider <= 0, where
+        if wider == 0:
+            got = open_shard(catalog.shards[0]).tokens(0, tokens.size)
+            assert np.asarray(got).tolist() == tokens.tolist(), where
