@@ -32,6 +32,7 @@ from streamload.formats.jsonl import prepare_jsonl
 from streamload.formats.megatron import MegatronWriter
 from streamload.formats.modalities import HEADER_SIZE, ModalitiesWriter
 from tests.formats.fuzzing import Target, read_everything, run_cases, run_integer_cases
+from tests.helpers.extras import needs
 from tests.helpers.paths import TESTS
 from tests.helpers.tokenizer import train_bpe
 
@@ -141,6 +142,22 @@ def mds_fixture(folder: Path, name: str) -> tuple[dict[str, bytes], dict[Target,
     }
 
 
+def streaming_cache_fixture(folder: Path) -> tuple[dict[str, bytes], dict[Target, int]]:
+    """tests/fixtures/mds/i32_zstd as StreamingDataset leaves it after reading it: each shard
+    decompressed beside its ``.mds.zstd`` (issue 36); the copies are read as the same shards."""
+    needs("zstandard", "mds")
+    import zstandard
+
+    data = files_of(TESTS / "fixtures" / "mds" / "i32_zstd")
+    for name in [n for n in data if n.endswith(".zstd")]:
+        data[name[:-5]] = zstandard.ZstdDecompressor().decompressobj().decompress(data[name])
+    return data, {
+        Target("index.json", kind="json"): 60,
+        Target("shard.00000.mds.zstd"): 30,
+        Target("shard.00001.mds", label="shard.00001.mds (decompressed copy)"): 30,
+    }
+
+
 def litdata_fixture(folder: Path) -> tuple[dict[str, bytes], dict[Target, int]]:
     """Real ``TokensLoader`` chunks (tests/fixtures/litdata/i32: 3 chunks of int32 tokens)."""
     data = files_of(TESTS / "fixtures" / "litdata" / "i32")
@@ -184,6 +201,7 @@ FIXTURES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "mds": (functools.partial(mds_fixture, name="u16"), {}),
     # tokens: ndarray (a dtype byte, then a shape header per sample)
     "mds (ndarray)": (functools.partial(mds_fixture, name="any_dtype"), {}),
+    "mds (Streaming cache)": (streaming_cache_fixture, {}),
     "litdata": (litdata_fixture, {}),
 }
 
