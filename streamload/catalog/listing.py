@@ -39,6 +39,7 @@ from streamload.formats.index_json import (
     INDEXED_SUFFIXES,
     IndexedShards,
     load_folder_index,
+    one_shard_twice,
     order_by_index,
 )
 from streamload.formats.mask_names import is_mask_name
@@ -168,6 +169,13 @@ def list_entries(
             where = source_url(fs, f.path, source)
             raise ConfigError(f"source {source.name!r}: {where} is listed twice in its {what}")
         seen.add(f.path)
+    twice = one_shard_twice((f.path for f in files), indexes)
+    if twice is not None:
+        first, second = (source_url(fs, path, source) for path in twice)
+        raise ConfigError(
+            f"source {source.name!r}: {first} and {second} are one shard of their index.json "
+            f"(a compressed shard and the copy Streaming decompressed beside it): list one"
+        )
     return files
 
 

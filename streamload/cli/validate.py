@@ -44,10 +44,11 @@ def run(args: argparse.Namespace) -> int:
     except FormatError as exc:
         print(f"problem: {exc}")
         return 1
-    problems = []
+    problems, fits = [], set()
     for info in catalog.shards:
-        problems += [f"{info.path}: {p}" for p in _check_tokens(info, args.vocab_size, args.eos)]
-        problems += [f"{info.path}: {p}" for p in check_mask(info)]
+        found, fit = _check_tokens(info, args.vocab_size, args.eos)
+        problems += [f"{info.path}: {p}" for p in found + check_mask(info)]
+        fits.add(fit)
     for line in problems:
         print(f"problem: {line}")
     tokens = f"{catalog.num_tokens:,} tokens in {len(catalog.shards)} files"
@@ -55,20 +56,28 @@ def run(args: argparse.Namespace) -> int:
     if masked:
         tokens += f" ({masked} with a loss mask)"
     print(f"{'sound' if not problems else f'{len(problems)} problem(s)'}: {tokens}")
-    print(sources_block(catalog, args))
+    # Every file read at the wrong width and one width fits them all: the block says it.
+    dtype = next(iter(fits)) if len(fits) == 1 else None
+    print(sources_block(catalog, args, dtype))
     return 0 if not problems else 1
 
 
-def _check_tokens(info: Any, vocab_size: int | None, eos: int | None) -> list[str]:
+def _check_tokens(
+    info: Any, vocab_size: int | None, eos: int | None
+) -> tuple[list[str], str | None]:
+    """The problems of one shard's tokens, and for a headerless file whose ids are out of
+    range the dtype that reads them in range (``None``: none, or not such a file)."""
     from streamload.formats.registry import get_format, open_shard
     from streamload.tools.documents import scan_tokens
 
     stats = scan_tokens(open_shard(info), eos)
-    found = []
+    found, fit = [], None
     if stats.min_id is not None and stats.min_id < 0:
         found.append(f"token ids go down to {stats.min_id}; expected >= 0")
     if vocab_size is not None and stats.max_id is not None and stats.max_id >= vocab_size:
-        found.append(f"token ids reach {stats.max_id}; expected < vocab_size {vocab_size}")
+        fit = _fitting_dtype(info, vocab_size)
+        hint = f"; the file looks like {fit}: set dtype = {fit!r}" if fit else ""
+        found.append(f"token ids reach {stats.max_id}; expected < vocab_size {vocab_size}{hint}")
     if eos is not None and stats.eos_count == 0 and not get_format(info.format).has_documents:
         found.append(f"no EOS token {eos} anywhere: documents cannot be found")
     elif eos is not None and stats.eos_count:
@@ -77,15 +86,34 @@ def _check_tokens(info: Any, vocab_size: int | None, eos: int | None) -> list[st
             found.append(f"EOS {eos} every {mean:.1f} tokens: is {eos} really the EOS id?")
     if stats.zero_tail >= ZERO_TAIL_WARN:
         found.append(f"ends with {stats.zero_tail:,} zero tokens (padding, as tatm writes?)")
-    return found
+    return found, fit
 
 
-def sources_block(catalog: SourceCatalog, args: argparse.Namespace) -> str:
-    """The ``[[sources]]`` TOML block (and top-level hints) that reads this data."""
+def _fitting_dtype(info: Any, vocab_size: int) -> str | None:
+    """For a headerless file, the narrower dtype that reads a sample of it (its first and
+    last tokens) as ids below ``vocab_size`` (issue 36: a uint16 file read as uint32)."""
+    import numpy as np
+
+    from streamload.formats.numpy.plausible_ids import SAMPLE_TOKENS, fitting_dtype
+    from streamload.formats.registry import open_shard
+
+    if info.format != "raw":
+        return None
+    shard, count = open_shard(info), min(SAMPLE_TOKENS, info.num_tokens)
+    ends = (shard.tokens(0, count), shard.tokens(info.num_tokens - count, info.num_tokens))
+    data = b"".join(np.ascontiguousarray(part).tobytes() for part in ends)
+    return fitting_dtype(data, np.dtype(info.dtype), vocab_size)
+
+
+def sources_block(
+    catalog: SourceCatalog, args: argparse.Namespace, dtype: str | None = None
+) -> str:
+    """The ``[[sources]]`` TOML block (and top-level hints) that reads this data; ``dtype``
+    replaces the files' dtype when validation found the one that fits."""
     import numpy as np
 
     formats = sorted({s.format for s in catalog.shards})
-    dtypes = sorted({np.dtype(s.dtype).name for s in catalog.shards})
+    dtypes = [dtype] if dtype else sorted({np.dtype(s.dtype).name for s in catalog.shards})
     name = os.path.basename(os.path.normpath(args.paths[0])) or "data"
     paths = args.paths[0] if len(args.paths) == 1 else list(args.paths)
     lines = ["# streamload config for this data", "[[sources]]", f'name = "{name}"']

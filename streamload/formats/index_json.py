@@ -14,6 +14,12 @@ otherwise (``chunk-0-10.bin`` before ``chunk-0-2.bin``). The catalog
 must be exactly those the index lists, and MDS shards of 0 samples (``MDSWriter`` writes an
 empty ``shard.00000.mds`` when the first sample passes its size limit) are left out.
 
+A compressed MDS shard and its decompressed copy are one shard: Streaming's
+``StreamingDataset`` leaves ``shard.00000.mds`` beside ``shard.00000.mds.zstd`` once it has
+read a folder (the index names both, ``raw_data`` and ``zip_data``). Such a folder is listed
+with the compressed files, as it was before Streaming read it (same files, same data
+fingerprint); a copy alone, where Streaming removed the compressed file, is read itself.
+
 Example: ``chunks = [chunk-0-0.bin, chunk-0-1.bin, ..., chunk-0-11.bin]`` lists the folder as
 ``chunk-0-0.bin, chunk-0-1.bin, chunk-0-2.bin, ..., chunk-0-10.bin, chunk-0-11.bin``; a folder
 without ``chunk-0-7.bin`` is refused, naming it.
@@ -21,11 +27,12 @@ without ``chunk-0-7.bin`` is refused, naming it.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -43,6 +50,7 @@ __all__ = [
     "index_path",
     "load_folder_index",
     "load_index",
+    "one_shard_twice",
     "order_by_index",
     "parse_indexed_shards",
 ]
@@ -138,6 +146,16 @@ class IndexedShards:
     entries: tuple[tuple[str, ...], ...]
     empty: frozenset[str]
 
+    @functools.cached_property
+    def rank(self) -> dict[str, int]:
+        """Each file name's shard: its position in ``entries``."""
+        return {name: at for at, files in enumerate(self.entries) for name in files}
+
+    def decompressed_copies(self, names: set[str]) -> set[str]:
+        """The MDS shard files of ``names`` whose compressed file is in ``names`` too: the
+        copies Streaming decompressed beside them (module docstring)."""
+        return {files[0] for files in self.entries if len(files) > 1 and names.issuperset(files)}
+
 
 def parse_indexed_shards(record: dict[str, Any], where: str) -> IndexedShards | None:
     """The shard order of an MDS (``version`` 2 and ``shards``) or LitData (``config`` with an
@@ -193,7 +211,7 @@ def order_by_index(
         FormatError: naming the listed files the index does not list and, with ``complete``,
             the shards it lists that are missing.
     """
-    rank = {name: at for at, files in enumerate(index.entries) for name in files}
+    rank = index.rank
     present = set(names)
     extra = sorted(present - set(rank))
     missing = [files[-1] for files in index.entries if complete and present.isdisjoint(files)]
@@ -205,4 +223,29 @@ def order_by_index(
             f"folder holds {len(names)} shard files ({found}); the copy is incomplete or mixes "
             "two datasets"
         )
-    return sorted((n for n in names if n not in index.empty), key=lambda n: (rank[n], n))
+    skip = index.empty | index.decompressed_copies(present)
+    return sorted((n for n in names if n not in skip), key=lambda n: (rank[n], n))
+
+
+def one_shard_twice(
+    paths: Iterable[str], indexes: Mapping[str, IndexedShards | None]
+) -> tuple[str, str] | None:
+    """Two of ``paths`` that are files of one indexed shard (an MDS shard's compressed file
+    and its decompressed copy, named by two path entries), or ``None``.
+
+    Args:
+        paths: Listed file paths (each folder's listing already holds one file per shard:
+            :func:`order_by_index`).
+        indexes: The index of each folder listed, by folder path (``None``: not indexed).
+    """
+    owners: dict[tuple[str, int], str] = {}
+    for path in paths:
+        folder, name = posixpath.split(path)
+        index = indexes.get(folder)
+        at = None if index is None else index.rank.get(name)
+        if at is None:
+            continue
+        first = owners.setdefault((folder, at), path)
+        if first != path:
+            return first, path
+    return None

@@ -18,8 +18,8 @@ URLs are refused (write locally, then upload).
 Loss masks (:mod:`streamload.tools.masks`): sources with masks give an output with masks,
 datatrove's ``.ds.loss`` or the mask file beside each token file
 (:func:`~streamload.formats.mask_names.mask_path_for`; in a folder output, beside each of its
-files; in an ``arrow`` folder, a ``labels_mask`` column beside the tokens), published with
-the output, before its token file.
+files; in ``arrow`` and ``parquet`` output, a ``labels_mask`` column beside the tokens),
+published with the output, before its token file.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from streamload.tools.convert_targets import (
     check_options,
     default_destination,
     format_writer,
-    is_folder_output,
     output_paths,
     replace_options,
+    writes_own_masks,
 )
 from streamload.tools.documents import document_bounds, iter_documents
 from streamload.tools.masks import MaskedWriter, mask_reader, wants_masks
@@ -218,7 +218,7 @@ def open_writer(
     check_options(fmt, destination, options)
     check_dtype(fmt, dtype)
     name = os.path.basename(os.path.abspath(paths[-1]))
-    own_masks = fmt == "datatrove" or is_folder_output(fmt, destination)
+    own_masks = writes_own_masks(fmt, destination)
 
     def make(staging: str) -> DocumentWriter:
         path = os.path.join(staging, name)

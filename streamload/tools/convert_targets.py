@@ -22,6 +22,10 @@ Destination rules (every target; :mod:`streamload.tools.convert` publishes the e
 Options (:class:`WriteOptions`) belong to one target each and are refused elsewhere:
 ``--compression`` and ``--size-limit`` to ``mds``, ``--chunk-bytes`` to ``litdata``,
 ``--max-file-size`` to a ``parquet`` folder and to ``arrow``.
+
+Loss masks (:func:`writes_own_masks`): a ``labels_mask`` column in ``parquet`` (file or
+folder) and ``arrow`` output, as the readers find it by name; datatrove's own ``.ds.loss``;
+a mask file beside each token file elsewhere.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from streamload.tools.convert_names import TARGETS
 
 __all__ = [
     "FOLDER_TARGETS",
+    "MASK_COLUMN_TARGETS",
     "SUFFIXES",
     "TARGETS",
     "WriteOptions",
@@ -52,6 +57,7 @@ __all__ = [
     "output_paths",
     "parse_size",
     "replace_options",
+    "writes_own_masks",
 ]
 
 SUFFIXES = {"modalities": ".pbin", "dolma": ".npy", "datatrove": ".ds", "parquet": ".parquet"}
@@ -59,6 +65,9 @@ SUFFIXES = {"modalities": ".pbin", "dolma": ".npy", "datatrove": ".ds", "parquet
 
 FOLDER_TARGETS = ("numpy", "mds", "litdata", "arrow")
 """Targets whose output is always a folder (a ``parquet`` one is when not named ``.parquet``)."""
+
+MASK_COLUMN_TARGETS = ("arrow", "parquet")
+"""Targets whose files hold the loss masks as a ``labels_mask`` column (no mask file)."""
 
 _DEFAULT_NAMES = {
     "megatron": "data_text_document",
@@ -214,7 +223,16 @@ def output_paths(fmt: str, destination: str, *, masks: bool = False) -> list[str
         paths = [destination + ".index", destination + ".metadata", destination]
     else:
         paths = [destination]
-    return [*paths[:-1], mask_path_for(paths[-1]), paths[-1]] if masks else paths
+    beside = masks and fmt not in MASK_COLUMN_TARGETS  # datatrove's own .ds.loss too
+    return [*paths[:-1], mask_path_for(paths[-1]), paths[-1]] if beside else paths
+
+
+def writes_own_masks(fmt: str, destination: str) -> bool:
+    """Whether the writer of ``fmt`` at ``destination`` keeps the loss masks itself: a
+    ``labels_mask`` column (``parquet``, ``arrow``), datatrove's ``.ds.loss``, a folder
+    format's masks beside its files; else :class:`~streamload.tools.masks.MaskedWriter`
+    writes the mask file beside the token file."""
+    return fmt == "datatrove" or fmt in MASK_COLUMN_TARGETS or is_folder_output(fmt, destination)
 
 
 def check_dtype(fmt: str, dtype: np.dtype) -> None:
@@ -294,9 +312,9 @@ def _parquet_writer(
     path: str, dtype: np.dtype, options: WriteOptions, masks: bool
 ) -> DocumentWriter:
     if path.endswith(SUFFIXES["parquet"]):
-        from streamload.formats.arrow.parquet import ParquetWriter
+        from streamload.formats.arrow.parquet_write import ParquetWriter
 
-        return ParquetWriter(path, dtype)
+        return ParquetWriter(path, dtype, masks=masks)
     from streamload.formats.arrow.parquet_folder import MAX_FILE_BYTES, ParquetFolderWriter
 
     limit = options.max_file_bytes or MAX_FILE_BYTES

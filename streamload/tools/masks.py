@@ -3,7 +3,8 @@
 A source shard's mask is :attr:`ShardInfo.loss_mask <streamload.formats.base.ShardInfo>`
 (found by the catalog), read like tokens through
 :func:`~streamload.formats.loss_mask.mask_shard`. Every target streamload writes can hold a
-mask: datatrove its own ``.ds.loss``, every other token file the file
+mask: datatrove its own ``.ds.loss``, Arrow and Parquet output a ``labels_mask`` column,
+every other token file the file
 :func:`~streamload.formats.mask_names.mask_path_for` names beside it (``out.npy.loss``,
 ``out.bin.loss``, ``labels_mask_part_0.npy`` for ``token_ids_part_0.npy``), which the
 catalog finds by itself. So the rules are:

@@ -22,12 +22,17 @@ from typing import Any
 import numpy as np
 import pytest
 
+from streamload.catalog.sources import describe_source
+from streamload.config import SourceConfig
+from streamload.errors import StreamloadError
+from streamload.formats import open_shard
 from streamload.formats.datatrove import DatatroveWriter
 from streamload.formats.dolma import DolmaWriter
 from streamload.formats.jsonl import prepare_jsonl
 from streamload.formats.megatron import MegatronWriter
 from streamload.formats.modalities import HEADER_SIZE, ModalitiesWriter
 from tests.formats.fuzzing import Target, read_everything, run_cases, run_integer_cases
+from tests.helpers.extras import needs
 from tests.helpers.paths import TESTS
 from tests.helpers.tokenizer import train_bpe
 
@@ -137,6 +142,22 @@ def mds_fixture(folder: Path, name: str) -> tuple[dict[str, bytes], dict[Target,
     }
 
 
+def streaming_cache_fixture(folder: Path) -> tuple[dict[str, bytes], dict[Target, int]]:
+    """tests/fixtures/mds/i32_zstd as StreamingDataset leaves it after reading it: each shard
+    decompressed beside its ``.mds.zstd`` (issue 36); the copies are read as the same shards."""
+    needs("zstandard", "mds")
+    import zstandard
+
+    data = files_of(TESTS / "fixtures" / "mds" / "i32_zstd")
+    for name in [n for n in data if n.endswith(".zstd")]:
+        data[name[:-5]] = zstandard.ZstdDecompressor().decompressobj().decompress(data[name])
+    return data, {
+        Target("index.json", kind="json"): 60,
+        Target("shard.00000.mds.zstd"): 30,
+        Target("shard.00001.mds", label="shard.00001.mds (decompressed copy)"): 30,
+    }
+
+
 def litdata_fixture(folder: Path) -> tuple[dict[str, bytes], dict[Target, int]]:
     """Real ``TokensLoader`` chunks (tests/fixtures/litdata/i32: 3 chunks of int32 tokens)."""
     data = files_of(TESTS / "fixtures" / "litdata" / "i32")
@@ -180,6 +201,7 @@ FIXTURES: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "mds": (functools.partial(mds_fixture, name="u16"), {}),
     # tokens: ndarray (a dtype byte, then a shape header per sample)
     "mds (ndarray)": (functools.partial(mds_fixture, name="any_dtype"), {}),
+    "mds (Streaming cache)": (streaming_cache_fixture, {}),
     "litdata": (litdata_fixture, {}),
 }
 
@@ -231,3 +253,35 @@ def test_fuzz_jsonl(tokenizer: str, tmp_path: Path, capsys: pytest.CaptureFixtur
 
     report = run_cases(fixture, targets, tmp_path / "cases", read, SEED)
     check(report, "jsonl", capsys)
+
+
+def test_fuzz_raw_widths(tmp_path: Path) -> None:
+    """A headerless file read at every width, without vocab_size (issue 36, item 8): wider
+    than written is refused naming the written width; as written (or the same width) reads
+    the same ids; narrower is not caught (documented in ``plausible_ids``) unless a signed
+    reading gives negative ids."""
+    rng = np.random.default_rng(SEED)
+    for case in range(60):
+        written = str(rng.choice(["uint16", "uint32", "int32", "int64"]))
+        top = 2**15 if written == "uint16" else int(rng.integers(2**12, 2**21))
+        tokens = rng.integers(0, top, size=int(rng.integers(1_000, 30_000))).astype(written)
+        path = tmp_path / f"case{case}.bin"
+        tokens.tofile(path)
+        read = str(rng.choice(["uint16", "int16", "uint32", "int32", "uint64", "int64"]))
+        wider = np.dtype(read).itemsize - np.dtype(written).itemsize
+        where = f"case {case}: {written} read as {read}"
+        try:
+            catalog = describe_source(SourceConfig(name="w", path=str(path), dtype=read))
+        except StreamloadError as exc:
+            fit = "uint16" if written == "uint16" else "uint32"
+            if wider > 0:
+                assert f"looks like {fit}: set dtype = '{fit}'" in str(exc) or (
+                    "is not a multiple" in str(exc)
+                ), f"{where}: {exc}"
+            else:
+                assert wider < 0 and "no id is negative" in str(exc), f"{where}: {exc}"
+            continue
+        assert wider <= 0, where
+        if wider == 0:
+            got = open_shard(catalog.shards[0]).tokens(0, tokens.size)
+            assert np.asarray(got).tolist() == tokens.tolist(), where

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from streamload import build_loader
 from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
-from streamload.errors import FormatError
+from streamload.errors import ConfigError, FormatError
 from streamload.formats import open_shard
 from streamload.formats.base import ListedFile, ReadOptions
 from streamload.formats.mds.mds import FORMAT, MdsShard
@@ -260,17 +260,64 @@ def test_missing_or_corrupt_index_is_refused(tmp_path: Path) -> None:
         describe(folder, format="mds")
 
 
-def test_corrupt_zstd_and_raw_twin_are_refused(tmp_path: Path) -> None:
+def test_corrupt_zstd_is_refused(tmp_path: Path) -> None:
     needs("zstandard", "mds")
     folder = copy_of(tmp_path, "i32_zstd")
     shard = folder / "shard.00000.mds.zstd"
     shard.write_bytes(shard.read_bytes()[:-6] + b"\0" * 6)
     with pytest.raises(FormatError, match="corrupt zstd stream"):
         describe(folder)
-    folder = copy_of(tmp_path / "b", "u16_gz")
-    (folder / "shard.00000.mds").write_bytes(b"\0" * 8)
-    with pytest.raises(FormatError, match=r"decompressed copy shard\.00000\.mds"):
-        describe(folder / "shard.00000.mds.gz")
+
+
+def as_streaming_leaves_it(tmp_path: Path, name: str) -> Path:
+    """A copy of fixture ``name`` after StreamingDataset read it: each shard decompressed
+    beside its compressed file (``shard.00000.mds`` beside ``shard.00000.mds.zstd``)."""
+    folder = copy_of(tmp_path, name)
+    for shard in sorted(folder.glob("*.mds.*")):
+        data = shard.read_bytes()
+        if shard.suffix == ".zstd":
+            needs("zstandard", "mds")
+            import zstandard
+
+            data = zstandard.ZstdDecompressor().decompressobj().decompress(data)
+        else:
+            data = gzip.decompress(data)
+        (folder / shard.stem).write_bytes(data)
+    return folder
+
+
+@pytest.mark.parametrize("name", ["i32_zstd", "u16_gz"])
+def test_a_folder_streaming_has_read_reads_as_the_clean_folder(tmp_path: Path, name: str) -> None:
+    """Issue 36: the decompressed copies are the same shards; the folder lists its compressed
+    files (same files, same fingerprint as before Streaming read it), and a glob of either
+    kind reads the same documents."""
+    folder = as_streaming_leaves_it(tmp_path, name)
+    clean, cache = describe(DATA / name), describe(folder)
+    assert [s.relpath for s in cache.shards] == [s.relpath for s in clean.shards]
+    assert cache.fingerprint() == clean.fingerprint()
+    docs = read_documents(DATA / name)
+    suffix = ".mds.zstd" if name == "i32_zstd" else ".mds.gz"
+    for path in (folder, f"{folder}/*{suffix}", f"{folder}/*.mds", f"{folder}/*.mds*"):
+        assert read_documents(path) == docs, path
+    assert describe(f"{folder}/*.mds").shards[0].relpath == "shard.00000.mds"
+    with pytest.raises(ConfigError, match=r"shard\.00000\.mds and .*shard\.00000\.mds\.\w+ are "
+                       r"one shard of their index\.json"):  # fmt: skip
+        describe_source(
+            SourceConfig(
+                name="m",
+                path=(str(folder / "shard.00000.mds"), str(folder / f"shard.00000{suffix}")),
+            )
+        )
+
+
+@pytest.mark.filterwarnings("ignore:each pass")
+def test_loader_over_a_streaming_cache_gives_the_clean_batches(tmp_path: Path) -> None:
+    folder = as_streaming_leaves_it(tmp_path, "i32_zstd")
+    (folder / "shard.00001.mds.zstd").unlink()  # evicted: its decompressed copy is read
+    with build_loader({**loader_config(DATA / "i32_zstd"), "seq_len": 4}, batch_size=2) as ld:
+        expected = list(ld)
+    with build_loader({**loader_config(folder), "seq_len": 4}, batch_size=2) as loader:
+        assert_batches_equal(expected, list(loader), "a Streaming cache vs the clean folder")
 
 
 def loader_config(path: str | Path, **source: Any) -> dict[str, Any]:

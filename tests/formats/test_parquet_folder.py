@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +20,7 @@ from streamload.formats.arrow.parquet_folder import (
     ParquetFolderWriter,
     hub_file_name,
 )
+from streamload.formats.loss_mask import mask_shard
 from tests.helpers.shards import documents
 
 INTEGERS = ["uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"]
@@ -91,23 +93,23 @@ def test_round_trip(
         assert read_documents(folder) == docs
 
 
-def test_masks_go_beside_each_file(tmp_path: Path) -> None:
+def test_masks_are_a_column_of_each_file(tmp_path: Path) -> None:
     docs = [[5, 6, 0], [7, 0], [8, 9, 10, 0]]
     with ParquetFolderWriter(
         tmp_path / "out", "uint16", max_file_bytes=18, save_loss_masks=True
     ) as w:
         for doc in docs:
             w.add_document(np.array(doc), loss_mask=np.array(doc) != 0)
+    # the limit counts the mask column too: [5, 6, 0] is 6 + 4 bytes of tokens, 3 + 4 of flags
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == [
-        "train-00000-of-00002.parquet",
-        "train-00000-of-00002.parquet.loss",
-        "train-00001-of-00002.parquet",
-        "train-00001-of-00002.parquet.loss",
-    ]
+    assert names == [f"train-0000{i}-of-00003.parquet" for i in range(3)]
+    table = pq.read_table(tmp_path / "out")
+    assert table.column("labels_mask").to_pylist() == [[1, 1, 0], [1, 0], [1, 1, 1, 0]]
+    assert table.schema.field("labels_mask").type == pa.list_(pa.uint8())
     catalog = describe_source(SourceConfig(name="p", path=str(tmp_path / "out")))
-    masks = [list(Path(str(i.loss_mask)).read_bytes()) for i in catalog.shards]
-    assert masks == [[1, 1, 0, 1, 0], [1, 1, 1, 0]]
+    assert [i.meta["mask_column"] for i in catalog.shards] == ["labels_mask"] * 3
+    masks = [open_shard(mask_shard(i)).tokens(0, i.num_tokens).tolist() for i in catalog.shards]
+    assert masks == [[1, 1, 0], [1, 0], [1, 1, 1, 0]]
 
 
 def test_no_documents_make_one_empty_file(tmp_path: Path) -> None:

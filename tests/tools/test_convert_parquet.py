@@ -124,5 +124,46 @@ def test_cli_says_what_it_wrote_and_refuses_bad_destinations(
     wide = tmp_path / "wide.parquet"
     assert main(["convert", str(src), str(wide), "--to", "parquet", "--dtype", "int32"]) == 0
     assert pq.read_table(wide).schema.field("input_ids").type == pa.list_(pa.int32())
-    masked = output_paths("parquet", "x.parquet", masks=True)
-    assert masked[-1] == "x.parquet" and len(masked) == 2  # a loss mask file beside it
+    # a loss mask is a labels_mask column of the file (issue 36), no file beside it
+    assert output_paths("parquet", "x.parquet", masks=True) == ["x.parquet"]
+
+
+@pytest.mark.filterwarnings("ignore:each pass of")
+def test_masks_round_trip_as_a_labels_mask_column(tmp_path: Path) -> None:
+    """Issue 36: ``--to parquet`` writes the loss mask as a ``labels_mask`` column (as
+    ``--to arrow`` does), no ``.loss`` file; the loader reads the file back into the source's
+    very batches and labels, and a folder of Hub-sized files carries the column too."""
+    from streamload import build_loader
+    from streamload.formats.datatrove.datatrove import DatatroveWriter
+    from streamload.testing import assert_batches_equal
+
+    rng = np.random.default_rng(7)
+    docs = [np.append(rng.integers(2, 300, int(n)), 0) for n in rng.integers(1, 30, 40)]
+    flags = [rng.integers(0, 2, d.size).astype(bool) for d in docs]
+    src = tmp_path / "src.ds"
+    with DatatroveWriter(src, None, 2, save_loss_metadata=True) as writer:
+        for doc, flag in zip(docs, flags, strict=True):
+            writer.add_document(doc.astype(np.uint16), loss_mask=flag)
+    out, folder = tmp_path / "out.parquet", tmp_path / "hub"
+    assert main(["convert", str(src), str(out), "--to", "parquet"]) == 0
+    assert (
+        main(["convert", str(src), str(folder), "--to", "parquet", "--max-file-size", "300"]) == 0
+    )
+    assert [p.name for p in tmp_path.rglob("*.loss")] == ["src.ds.loss"]  # the source's
+    want = [f.astype(int).tolist() for f in flags]
+    for path in (out, folder):
+        table = pq.read_table(path)  # what pyarrow (and datasets) see: a column
+        assert table.schema.field("labels_mask").type == pa.list_(pa.uint8())
+        assert table.column("labels_mask").to_pylist() == want
+        assert table.column("input_ids").to_pylist() == [d.tolist() for d in docs]
+    assert len(list(folder.iterdir())) > 1
+
+    def config(path: Path) -> dict[str, object]:
+        return {"seq_len": 16, "seed": 4, "eos_token_id": 0, "vocab_size": 300,
+                "sources": [{"name": "s", "path": str(path)}]}  # fmt: skip
+
+    with build_loader(config(src), batch_size=3) as loader:
+        expected = list(loader)
+    assert any(bool((b["labels"] == -100).any()) for b in expected)  # the masks are applied
+    with build_loader(config(out), batch_size=3) as loader:
+        assert_batches_equal(expected, list(loader), "parquet with a labels_mask column")

@@ -220,7 +220,7 @@ def test_loss_masks_travel_into_each_new_target(tmp_path: Path, target: str) -> 
     assert all(info.loss_mask is not None for info in masked.shards)
     got = [int(f) for info in masked.shards for f in _flags(info)]
     assert got == [f for flag in flags for f in flag]
-    if target == "arrow":  # in the labels_mask column, no mask file beside
+    if target in ("arrow", "parquet"):  # in the labels_mask column, no mask file beside
         assert not [p for p in out.iterdir() if p.suffix == ".loss"]
 
 

@@ -91,8 +91,10 @@ class RollingFolderWriter(FolderWriter):
         self._documents += 1
 
     def _row_bytes(self, doc: np.ndarray) -> int:
-        """Arrow bytes of ``doc``'s row: its tokens and list offset."""
-        return doc.nbytes + OFFSET_BYTES
+        """Arrow bytes of ``doc``'s row: its tokens and list offset, and with masks (a
+        ``labels_mask`` column) a flag per token and the mask's list offset."""
+        masks = doc.size + OFFSET_BYTES if self._save_masks else 0
+        return doc.nbytes + OFFSET_BYTES + masks
 
     def _part_name(self, index: int) -> str:  # pragma: no cover - every writer defines it
         raise NotImplementedError

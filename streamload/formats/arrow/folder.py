@@ -38,7 +38,6 @@ import numpy as np
 
 from streamload.formats.arrow._rolling_folder import (
     MAX_FILE_BYTES,
-    OFFSET_BYTES,
     RollingFolderWriter,
 )
 from streamload.formats.arrow._write import BATCH_ROWS, ArrowStreamWriter, features
@@ -85,11 +84,6 @@ class ArrowFolderWriter(RollingFolderWriter):
             folder, dtype, max_file_bytes=max_file_bytes, save_loss_masks=save_loss_masks
         )
         self._hash = hashlib.blake2b(self._dtype.str.encode(), digest_size=8)
-
-    def _row_bytes(self, doc: np.ndarray) -> int:
-        """Tokens and offset, and with masks a flag per token and the mask's offset."""
-        masks = doc.size + OFFSET_BYTES if self._save_masks else 0
-        return doc.nbytes + OFFSET_BYTES + masks
 
     def _part_name(self, index: int) -> str:
         return f"data-{index:05d}.arrow"

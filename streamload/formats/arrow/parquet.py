@@ -22,14 +22,15 @@ Sniffed by the ``PAR1`` magic. Refused, naming file and column: a missing column
 that exist are listed), a non-list or non-integer column, null rows or tokens, a row group
 whose tokens disagree with its footer, and any file pyarrow cannot parse (truncated, corrupt).
 
-:class:`ParquetWriter` writes what ``streamload convert --to parquet`` publishes: one
-``input_ids`` column of ``list<dtype>``, row groups of about :data:`ROW_GROUP_TOKENS` tokens.
+:class:`ParquetWriter` (:mod:`streamload.formats.arrow.parquet_write`, re-exported here)
+writes what ``streamload convert --to parquet`` publishes: one ``input_ids`` column of
+``list<dtype>`` (with masks, a ``labels_mask`` column beside it), row groups of about
+:data:`ROW_GROUP_TOKENS` tokens.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import threading
 from typing import Any
@@ -37,17 +38,12 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._stack_writer import StackWriter
-from streamload.formats._writer_input import as_document
-from streamload.formats._writer_input import token_dtype as writer_dtype
 from streamload.formats.arrow._metadata import locate_row, metadata_columns, row_metadata
 from streamload.formats.arrow._pieces import piece_starts, pieces_bounds, take_tokens
 from streamload.formats.arrow._row_groups import Decoded, row_groups
 from streamload.formats.arrow.columns import (
-    DEFAULT_COLUMN,
     arrow_errors,
     column_name,
-    import_pyarrow,
     list_columns,
     token_dtype,
     token_lists,
@@ -58,6 +54,7 @@ from streamload.formats.arrow.masks import (
     mask_flags,
     mask_lists,
 )
+from streamload.formats.arrow.parquet_write import ROW_GROUP_TOKENS, ParquetWriter
 from streamload.formats.base import (
     ListedFile,
     ReadOptions,
@@ -68,7 +65,6 @@ from streamload.formats.base import (
     open_head,
     open_token_file,
 )
-from streamload.util.files import atomic_output
 
 __all__ = [
     "FORMAT",
@@ -81,10 +77,6 @@ __all__ = [
 
 PARQUET_MAGIC = b"PAR1"
 """First (and last) bytes of a Parquet file."""
-ROW_GROUP_TOKENS = 1 << 20
-"""Tokens per row group :class:`ParquetWriter` aims at (whole documents: a row group ends
-with the first document that reaches it): ~2-8 MiB decoded, small enough to decode per
-window run, large enough for the Hub's readers."""
 _STATISTICS_WRITER = re.compile(r"parquet-cpp-arrow version (\d+)\.(\d+)")
 """``created_by`` of the writer whose list-column statistics count exactly the non-null leaf
 values (Arrow C++: pyarrow and ``datasets``), trusted from :data:`_STATISTICS_SINCE` on."""
@@ -298,83 +290,6 @@ class ParquetFormat:
 
     def open(self, info: ShardInfo) -> ParquetShard:
         return ParquetShard(info)
-
-
-class ParquetWriter(StackWriter):
-    """Write documents as a Parquet file of one ``input_ids`` column (``list<dtype>``).
-
-    Rows are buffered until they hold ``row_group_tokens`` tokens, then written as one row
-    group (compressed with pyarrow's default codec, with statistics, which make describing
-    the file a footer read). Output goes to a temporary name renamed into place by
-    :meth:`close`; an exception inside the ``with`` block leaves nothing.
-
-    Args:
-        path: Output ``.parquet`` path.
-        dtype: Token dtype (the list's value type).
-        row_group_tokens: Tokens per row group (whole documents).
-        column: Name of the token column.
-    """
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        dtype: Any,
-        row_group_tokens: int = ROW_GROUP_TOKENS,
-        column: str = DEFAULT_COLUMN,
-    ) -> None:
-        self.path = os.fspath(path)
-        if row_group_tokens < 1:
-            raise ValueError(f"{self.path}: row_group_tokens = {row_group_tokens} must be >= 1")
-        pa = import_pyarrow(self.path)
-        import pyarrow.parquet as pq
-
-        self._dtype = writer_dtype(dtype, self.path)
-        self._row_group_tokens = row_group_tokens
-        self._pending: list[np.ndarray] = []
-        self._pending_tokens = 0
-        self._closed = False
-        self._type = pa.list_(pa.from_numpy_dtype(self._dtype))
-        self._schema = pa.schema([pa.field(column, self._type)])
-        self._stack = contextlib.ExitStack()
-        tmp = self._stack.enter_context(atomic_output(self.path))
-        self._writer = pq.ParquetWriter(tmp, self._schema)
-        self._stack.callback(self._writer.close)
-
-    def add_document(self, tokens: np.ndarray) -> None:
-        """Append one document (1-D integer tokens fitting the dtype; may be empty)."""
-        doc = as_document(tokens, self._dtype, self.path)
-        self._pending.append(doc)
-        self._pending_tokens += doc.shape[0]
-        if self._pending_tokens >= self._row_group_tokens:
-            self._flush()
-
-    def _flush(self) -> None:
-        """Write the buffered documents as one row group."""
-        if not self._pending:
-            return
-        import pyarrow as pa
-
-        lengths = np.fromiter((d.shape[0] for d in self._pending), np.int64, len(self._pending))
-        offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        if offsets[-1] >= 2**31:  # list<...> has 32-bit offsets
-            raise ValueError(
-                f"{self.path}: a row group of {offsets[-1]} tokens does not fit 32-bit list "
-                "offsets; documents of over 2**31 tokens cannot be written"
-            )
-        values = pa.array(np.concatenate(self._pending), self._type.value_type)
-        array = pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
-        table = pa.Table.from_arrays([array], schema=self._schema)
-        self._writer.write_table(table, row_group_size=lengths.shape[0])
-        self._pending, self._pending_tokens = [], 0
-
-    def close(self) -> None:
-        """Write the last row group, close the file and move it into place."""
-        if self._closed:
-            return
-        self._flush()
-        self._closed = True
-        self._stack.close()
 
 
 FORMAT = ParquetFormat()

@@ -16,8 +16,8 @@ the first two take 408 bytes, the third would make 512, so ``train-00000-of-0000
 holds two rows and ``train-00001-of-00002.parquet`` one.
 
 The files are written as ``train-NNNNN.parquet`` and renamed once their count is known; the
-folder appears whole at ``close()``. Loss masks (``save_loss_masks``) go beside each file
-(``train-00000-of-00002.parquet.loss``).
+folder appears whole at ``close()``. Loss masks (``save_loss_masks``) are each file's
+``labels_mask`` column (:mod:`streamload.formats.arrow.parquet_write`), counted in its size.
 """
 
 from __future__ import annotations
@@ -28,9 +28,7 @@ from typing import Any
 import numpy as np
 
 from streamload.formats.arrow._rolling_folder import MAX_FILE_BYTES, RollingFolderWriter
-from streamload.formats.arrow.parquet import ROW_GROUP_TOKENS, ParquetWriter
-from streamload.formats.loss_mask import LossMaskWriter
-from streamload.formats.mask_names import mask_path_for
+from streamload.formats.arrow.parquet_write import ROW_GROUP_TOKENS, ParquetWriter
 
 __all__ = ["MAX_FILE_BYTES", "ParquetFolderWriter", "hub_file_name"]
 
@@ -49,7 +47,7 @@ class ParquetFolderWriter(RollingFolderWriter):
         max_file_bytes: Arrow bytes of rows per file (module docstring).
         row_group_tokens: Tokens per row group (:class:`ParquetWriter`).
         split: The split the file names start with.
-        save_loss_masks: Write each file's loss mask beside it.
+        save_loss_masks: Write each document's loss mask as its ``labels_mask`` row.
 
     Raises:
         ValueError: a bad dtype or a limit below 1.
@@ -57,7 +55,6 @@ class ParquetFolderWriter(RollingFolderWriter):
     """
 
     _file: ParquetWriter
-    _mask: LossMaskWriter | None
 
     def __init__(
         self,
@@ -86,16 +83,10 @@ class ParquetFolderWriter(RollingFolderWriter):
         return hub_file_name(self._split, index, count)
 
     def _open_part(self, path: str) -> list[Any]:
-        self._file = ParquetWriter(path, self._dtype, self._row_group_tokens)
-        self._mask = LossMaskWriter(mask_path_for(path)) if self._save_masks else None
-        return [self._mask, self._file] if self._mask is not None else [self._file]
+        self._file = ParquetWriter(
+            path, self._dtype, self._row_group_tokens, masks=self._save_masks
+        )
+        return [self._file]
 
     def _write_row(self, doc: np.ndarray, mask: np.ndarray | None) -> None:
-        self._file.add_document(doc)
-        if self._mask is not None:
-            self._mask.add(mask)
-
-    def _rename_part(self, path: str, final: str) -> None:
-        if self._save_masks:
-            os.rename(mask_path_for(path), mask_path_for(final))
-        os.rename(path, final)
+        self._file.add_document(doc, loss_mask=mask)

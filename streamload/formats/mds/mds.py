@@ -19,6 +19,7 @@ table by the size of the shard's JSON config). ``describe`` then requires the in
 MDS index listing the file, with the listed size.
 
 A folder is listed in the order of its index's ``shards``, without the shards of 0 samples
+and without the decompressed copies Streaming leaves beside compressed shards
 (:mod:`streamload.formats.index_json`): ``MDSWriter`` writes an empty ``shard.00000.mds``
 when the first sample passes its size limit, and no shard holding no tokens is described.
 
@@ -103,7 +104,7 @@ class MdsShard:
         return self._bounds
 
 
-def _entry(index: MdsIndex, file: ListedFile, fs: Any) -> tuple[MdsShardEntry, str | None]:
+def _entry(index: MdsIndex, file: ListedFile) -> tuple[MdsShardEntry, str | None]:
     """The file's index entry and its compression (``None``: the raw shard)."""
     name = posixpath.basename(file.path)
     entry = index.shards.get(name)
@@ -119,13 +120,8 @@ def _entry(index: MdsIndex, file: ListedFile, fs: Any) -> tuple[MdsShardEntry, s
             f"{file.path}: {file.size} bytes but {INDEX_NAME} says {expected} "
             f"(shards[{entry.number}]); the file is truncated or from another run"
         )
-    twin = posixpath.join(posixpath.dirname(file.path), entry.raw_name)
-    if zipped and fs.exists(twin):
-        raise FormatError(
-            f"{file.path}: its decompressed copy {entry.raw_name} is in the same folder (a "
-            "Streaming cache); both hold the same samples: list one kind, e.g. path = "
-            f'"{posixpath.dirname(file.path)}/*.mds"'
-        )
+    # A decompressed copy beside a compressed shard (a folder Streaming has read) is the
+    # same shard: the listing keeps one of them (formats/index_json.py).
     return entry, entry.compression if zipped else None
 
 
@@ -164,7 +160,7 @@ class MdsFormat:
 
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
         index: MdsIndex = load_index(fs, file.path, "MDS", parse_mds_index)
-        entry, compression = _entry(index, file, fs)
+        entry, compression = _entry(index, file)
         col = token_column(entry, options.column, options.dtype, file.path)
         data = read_listed(fs, file.path, file.size)
         meta = _meta(entry, col, compression)

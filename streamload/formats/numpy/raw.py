@@ -15,6 +15,10 @@ the first zero of that run is kept: it is the EOS that ends the last document
 ``eos_token_id = 0`` and as ``[5, 6, 0, 7]`` without it (or with another EOS). A last
 document that truly ends in more than one 0 (a real token 0 before an EOS 0) still loses all
 but one; a file of nothing but zeros holds no document and is refused.
+
+Without ``vocab_size``, a wrong width is caught on a bounded sample of each file: ids no
+vocabulary has (a uint16 file read as uint32) are refused, naming the dtype that fits
+(:mod:`streamload.formats.numpy.plausible_ids`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from streamload.formats.base import (
     check_token_dtype,
     open_head,
 )
+from streamload.formats.numpy.plausible_ids import check_plausible_ids
 from streamload.formats.tatm_metadata import TATM_METADATA, tatm_dtype  # re-exported
 
 __all__ = [
@@ -45,6 +50,7 @@ __all__ = [
     "padding_tokens",
     "raw_dtype",
     "tatm_dtype",
+    "without_zero_tail",
     "zero_tail_tokens",
 ]
 
@@ -116,6 +122,29 @@ def padding_tokens(zero_tail: int, num_tokens: int, eos_token_id: int | None) ->
     return zero_tail
 
 
+def without_zero_tail(fs: Any, info: ShardInfo, eos_token_id: int | None) -> ShardInfo:
+    """``info`` less the zero padding tatm leaves at the end of a file, with a warning
+    naming the file and the count (module docstring)."""
+    zeros = zero_tail_tokens(fs, info.path, info.size, np.dtype(info.dtype).itemsize)
+    tail = padding_tokens(zeros, info.num_tokens, eos_token_id)
+    if tail:
+        kept = (
+            "the first trailing zero is kept: it is the EOS (eos_token_id = 0) ending the "
+            "last document"
+            if tail < zeros
+            else "a real final token 0 cannot be told apart and is excluded too (with "
+            "eos_token_id = 0 configured, a final EOS 0 is kept)"
+        )
+        warnings.warn(
+            f"{info.path}: excluded {tail} trailing zero tokens (the zero padding tatm "
+            f"leaves at the end of its files; {TATM_METADATA} beside it marks it as tatm "
+            f"output); {kept}",
+            stacklevel=3,
+        )
+    meta = {**info.meta, "zero_tail": tail}
+    return dataclasses.replace(info, num_tokens=info.num_tokens - tail, meta=meta)
+
+
 class RawFormat:
     """Flat little-endian tokens with no header (the fallback of ``format = "auto"``)."""
 
@@ -133,26 +162,11 @@ class RawFormat:
         )
         dtype = raw_dtype(file.path, options)
         info = describe_raw(file.path, file.relpath, file.size, dtype, why)
-        if options.meta_dtype is None:
-            return info
-        zeros = zero_tail_tokens(fs, file.path, file.size, np.dtype(info.dtype).itemsize)
-        tail = padding_tokens(zeros, info.num_tokens, options.eos_token_id)
-        if tail:
-            kept = (
-                "the first trailing zero is kept: it is the EOS (eos_token_id = 0) ending the "
-                "last document"
-                if tail < zeros
-                else "a real final token 0 cannot be told apart and is excluded too (with "
-                "eos_token_id = 0 configured, a final EOS 0 is kept)"
-            )
-            warnings.warn(
-                f"{file.path}: excluded {tail} trailing zero tokens (the zero padding tatm "
-                f"leaves at the end of its files; {TATM_METADATA} beside it marks it as tatm "
-                f"output); {kept}",
-                stacklevel=2,
-            )
-        meta = {**info.meta, "zero_tail": tail}
-        return dataclasses.replace(info, num_tokens=info.num_tokens - tail, meta=meta)
+        if options.meta_dtype is not None:
+            info = without_zero_tail(fs, info, options.eos_token_id)
+        if options.vocab_size is None:  # with it, every id is checked where it is read
+            check_plausible_ids(fs, info, options.meta_dtype)
+        return info
 
     def open(self, info: ShardInfo) -> TokenShard:
         return MemmapShard(info)
