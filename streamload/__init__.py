@@ -38,6 +38,7 @@ from streamload.errors import (
     WorkerDiedError,
     WorkerError,
 )
+from streamload.util.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from streamload.dataset import StreamDataset
@@ -70,13 +71,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'streamload' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 
 
 _MOVED = {

@@ -11,8 +11,9 @@ file rolling through the format writers), :mod:`.markers` (resume bookkeeping),
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from streamload.util.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from streamload.formats.encoder import DocumentEncoder
@@ -33,13 +34,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'streamload.tokenize' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 
 
 __all__ = [
