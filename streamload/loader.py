@@ -210,7 +210,8 @@ class StreamLoader:
         return chain is self._chain
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last delivered batch (small, JSON-safe; see ``state.py``)."""
+        """The position after the last delivered batch (small, JSON-safe; the envelope of
+        :mod:`streamload.state`)."""
         return make_state(
             self.stream, self._cursor, batches=self._delivered, global_batch=self.step_batch
         )
@@ -230,7 +231,7 @@ class StreamLoader:
 
         Raises:
             StateError: malformed, too new, saved for other data or config, or a position
-                this stream cannot stand at (see ``state.py``); the loader is unchanged.
+                this stream cannot stand at (see :mod:`streamload.state`); the loader is unchanged.
         """
         loaded = load_position(
             state,
