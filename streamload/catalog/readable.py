@@ -5,12 +5,13 @@ shard's documents: its document index, or for a format without one its tokens (t
 end at ``eos_token_id``). Describing a shard read only its header, so a shard can pass
 description and still be unreadable when the plan is built. docs/remote.md promises that a
 shard unreadable at start-up is left out, warned about and counted (``skipped_shards``), and
-that the fingerprint covers only the shards kept; this applies the promise to the documents
-read at start-up, before anything is built on the catalog (issue 36: an unreadable LitData
-chunk was a ``RemoteReadError`` there).
+that the fingerprint covers only the shards kept; a plan build that failed on an unreadable
+shard calls this to find the shards to keep, then builds (and caches) the plan of those
+(issue 36: an unreadable LitData chunk was a ``RemoteReadError`` there). A plan found in the
+cache reads no document, so a warm start never calls it.
 
-The documents are read through the storage's store, so the plan build that follows reads
-them again from its block cache, not from the network.
+The documents are read through the storage's store, so the second build reads them again
+from its block cache, not from the network.
 """
 
 from __future__ import annotations

@@ -223,3 +223,11 @@ def test_a_shard_unreadable_at_plan_build_is_left_out(
                  source={"storage_options": s3.storage_options()})  # fmt: skip
     expected, _ = batches({**cfg, **sampling})
     assert_batches_equal(expected, got, f"{fmt} {mode}: part 1 left out")
+    # Every part readable again, the same cache: the plan of the parts kept was cached under
+    # their own description, so the whole source gets its own plan, not that one.
+    whole = config(url, fmt, cache_dir=str(tmp_path / "cache"), **FAST,
+                   source={"storage_options": s3.storage_options()})  # fmt: skip
+    fresh = config(url, fmt, cache_dir=str(tmp_path / "c3"), **FAST,
+                   source={"storage_options": s3.storage_options()})  # fmt: skip
+    again, _ = batches({**whole, **sampling})
+    assert_batches_equal(batches({**fresh, **sampling})[0], again, f"{fmt} {mode}: whole again")

@@ -20,7 +20,7 @@ import numpy as np
 from streamload.catalog.readable import without_unreadable_documents
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
-from streamload.errors import ConfigError
+from streamload.errors import ConfigError, RemoteReadError
 from streamload.formats.base import TokenShard
 from streamload.modes.packed.plan_cache import load_plan
 from streamload.plan.passes import PassPlan
@@ -58,17 +58,18 @@ class PackedSource(TokenSource):
     """
 
     def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
-        # The plan reads every shard's documents now: under on_error = "skip" one that stays
-        # unreadable is left out like an unreadable header (docs/remote.md).
-        self._bind(config, without_unreadable_documents(catalog, config.eos_token_id))
         self.pad_token_id = int(config.pad_token_id)  # type: ignore[arg-type]  # checked by config
-        if not np.can_cast(np.min_scalar_type(self.pad_token_id), self.shards.dtype):
-            raise ConfigError(
-                f"pad_token_id = {self.pad_token_id} does not fit source {self.name!r}'s "
-                f"token dtype {self.shards.dtype.name}; pick a pad id the dtype holds"
-            )
-        self.split = source_split(config, catalog, self.shards)  # None: no split is set
-        self.plan = load_plan(config, catalog, self._document_bounds, self._span)
+        try:
+            self._plan_from(config, catalog)
+        except RemoteReadError:
+            # Building the plan read every shard's documents, and one stayed unreadable: under
+            # on_error = "skip" it is left out like an unreadable header (docs/remote.md), and
+            # the plan of the shards kept is cached under their own description. A plan found
+            # in the cache reads no document, so a warm start never pays this walk.
+            kept = without_unreadable_documents(catalog, config.eos_token_id)
+            if kept is catalog:
+                raise
+            self._plan_from(config, kept)
         self.order = PassPlan(
             name=self.name,
             num_windows=self.plan.num_samples,
@@ -78,6 +79,17 @@ class PackedSource(TokenSource):
             num_samples=None,
         )
         self._counted = (0, 0, (0, 0, 0))  # (epoch, samples, totals) last counted by drawn()
+
+    def _plan_from(self, config: DataConfig, catalog: SourceCatalog) -> None:
+        """Bind the described shards, then the split and the plan of exactly those shards."""
+        self._bind(config, catalog)
+        if not np.can_cast(np.min_scalar_type(self.pad_token_id), self.shards.dtype):
+            raise ConfigError(
+                f"pad_token_id = {self.pad_token_id} does not fit source {self.name!r}'s "
+                f"token dtype {self.shards.dtype.name}; pick a pad id the dtype holds"
+            )
+        self.split = source_split(config, catalog, self.shards)  # None: no split is set
+        self.plan = load_plan(config, catalog, self._document_bounds, self._span)
 
     @property
     def num_windows(self) -> int:
