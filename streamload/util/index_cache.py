@@ -7,7 +7,7 @@ and the packing plans of packed and padded modes (:data:`PACKING`). The files of
 fingerprints, split, samples, seq_len, seed and flags; for a packing plan the source's files,
 seq_len and the packing rule). Each array is written under a temporary name and renamed; the
 description is written last, so its presence means the set is complete. It also records each
-array (:mod:`streamload.streams.array_record`). Two jobs sharing the folder write identical
+array (:mod:`streamload.util.array_record`). Two jobs sharing the folder write identical
 bytes under identical names, so a race only costs a duplicate build.
 
 Every load checks each file's size and ``.npy`` header against the record (O(1)), and its
@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import ConfigError
-from streamload.streams.array_record import (
+from streamload.util.array_record import (
     RECORD_FIELDS,
     Arrays,
     Files,
@@ -67,6 +67,7 @@ from streamload.util.files import atomic_output, remove_stale_temps, write_atomi
 
 __all__ = [
     "LOCK_GRACE_SECONDS",
+    "CacheUnwritable",
     "MEGATRON",
     "PACKING",
     "WAIT_SECONDS",
@@ -138,8 +139,13 @@ def cache_folder(cache_dir: str, kind: CacheKind = MEGATRON) -> Path:
     return folder
 
 
+class CacheUnwritable(ConfigError):
+    """The cache folder cannot be written (read-only, full): a caller for whom the cache is
+    only an optimisation (the shard catalog) goes on without it."""
+
+
 def _unwritable(folder: Path, exc: OSError, kind: CacheKind) -> ConfigError:
-    return ConfigError(
+    return CacheUnwritable(
         f"sampling.cache_dir = '{folder}': cannot write {kind.what} there "
         f"({exc.strerror or exc}); expected a writable folder: fix its permissions or point "
         "cache_dir elsewhere"
@@ -152,6 +158,7 @@ def load_or_build(
     build: Callable[[], Arrays],
     kind: CacheKind = MEGATRON,
     rank_zero_builds: bool = True,
+    check: Callable[[Arrays], str | None] | None = None,
 ) -> tuple[Arrays, Files | None]:
     """The arrays for ``description``: from the cache, or built (and cached) once.
 
@@ -162,6 +169,9 @@ def load_or_build(
         kind: What the arrays are (file names, logger, messages).
         rank_zero_builds: With ``torch.distributed`` initialized, rank 0 builds behind a
             barrier; ``False``: the lock file alone decides, one builder per folder.
+        check: Whether a sound cached set still describes its inputs (``None``: yes, else
+            what changed, in words): a set it refuses is rebuilt after a warning on the
+            kind's logger (the catalog's data listings, :mod:`streamload.catalog.store`).
 
     Returns:
         The arrays (memory maps when cached) and the files they were mapped from
@@ -172,7 +182,7 @@ def load_or_build(
     """
     if cache_dir is None:
         return build(), None
-    entry = _Entry(cache_folder(cache_dir, kind), cache_key(description), kind)
+    entry = _Entry(cache_folder(cache_dir, kind), cache_key(description), kind, check)
     distributed = _distributed() if rank_zero_builds else None
     if distributed is None:
         return entry.open() or _build_once(entry, description, build)
@@ -186,6 +196,7 @@ class _Entry:
     folder: Path
     key: str
     kind: CacheKind
+    check: Callable[[Arrays], str | None] | None = None
 
     @property
     def description(self) -> Path:
@@ -361,6 +372,13 @@ def _open_own(entry: _Entry) -> tuple[Arrays, Files] | None:
         _unsound(entry, checked)
         return None
     arrays, restamp = checked
+    stale = entry.check(arrays) if entry.check is not None else None
+    if stale is not None:
+        with contextlib.suppress(OSError):  # so that waiting processes wait for the rebuild
+            done.unlink()
+        entry.kind.log.warning("streamload: %s in %s are out of date: %s; building them "
+                               "again", entry.kind.what, entry.folder, stale)  # fmt: skip
+        return None
     if restamp:  # verified by digest: record the new stats so the next load is O(1)
         body["arrays"] = {name: record[name] | restamp.get(name, {}) for name in record}
         with contextlib.suppress(OSError):  # a read-only folder: check the digests each time
