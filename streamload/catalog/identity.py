@@ -115,11 +115,16 @@ def glob_identity(fs: Any, pattern: str) -> str:
 
 
 def describe_change(
-    folder: str, before: Sequence[Sequence[Any]], after: Sequence[tuple[str, int, str]]
+    folder: str,
+    before: Sequence[Sequence[Any]],
+    after: Sequence[tuple[str, int, str]],
+    local: bool,
 ) -> str:
-    """What changed in ``folder`` between two listings, in words (a few names each)."""
-    old = {str(row[0]): tuple(row[1:]) for row in before}
-    new = {name: (size, version) for name, size, version in after}
+    """What changed in ``folder`` between two listings, in words (a few names each); a
+    local listing has names only."""
+    width = 1 if local else 3
+    old = {str(row[0]): tuple(row[1:width]) for row in before}
+    new = {row[0]: tuple(row[1:width]) for row in after}
     added = sorted(set(new) - set(old))
     removed = sorted(set(old) - set(new))
     changed = sorted(n for n in set(old) & set(new) if list(old[n]) != list(new[n]))

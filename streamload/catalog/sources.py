@@ -136,6 +136,7 @@ def describe_source(
     storage: StorageConfig | None = None,
     *,
     eos_token_id: int | None = None,
+    fresh: bool = False,
 ) -> SourceCatalog:
     """A source's shards: from the catalog cache when the data did not change (one listing
     per folder, :mod:`streamload.catalog.store`), else listed and described (each shard's
@@ -146,6 +147,8 @@ def describe_source(
         vocab_size: Configured vocabulary size (some formats pick a width by it).
         storage: Fetching options for remote sources (default ``StorageConfig()``).
         eos_token_id: The EOS id (tatm zero-tail trimming keeps a trailing EOS 0).
+        fresh: Describe every shard now, neither reading nor writing the catalog cache
+            (``validate``, ``inspect``: the files as they are).
 
     Raises:
         ConfigError: the path lists no files (or every shard was skipped).
@@ -162,7 +165,7 @@ def describe_source(
             raise NotCached(catalog)
         return tuple(catalog.shards), identity
 
-    if source.tokenizer is None and _cache_usable(storage):
+    if not fresh and source.tokenizer is None and _cache_usable(storage):
         options = {"vocab_size": vocab_size, "eos": eos_token_id, "cache": storage.cache_root}
         description = catalog_description(fs, source, entries, options)
         try:
@@ -201,8 +204,9 @@ def _describe(
     identity, stamps = Identity(), {}
     for entry in (*source.paths, *source.mask_paths):  # before listing: a change shows
         path = fs._strip_protocol(entry)
-        if any(c in entry for c in "*?[") and not fs.exists(path):
-            identity.globs[entry] = glob_identity(fs, path)
+        pattern = any(c in entry for c in "*?[")
+        if pattern and (digest := retrying(storage, f"listing {entry}", _glob, fs, path)):
+            identity.globs[entry] = digest
         elif is_local(fs):  # the folder's files (index.json) are read as it is listed
             folder = path if os.path.isdir(path) else posixpath.dirname(path)
             stamps[folder] = folder_stamp(fs, folder)
@@ -235,6 +239,11 @@ def _describe(
     shards = attach_masks(fs, source, storage, tuple(catalog.shards), paths)
     _record_folders(fs, identity, siblings, stamps, shards)
     return dataclasses.replace(catalog, shards=shards), identity
+
+
+def _glob(fs: Any, path: str) -> str | None:
+    """The digest of a glob's matches; ``None`` when ``path`` exists (a name, not a glob)."""
+    return None if fs.exists(path) else glob_identity(fs, path)
 
 
 def _record_folders(

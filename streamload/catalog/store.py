@@ -195,13 +195,17 @@ def stale_reason(fs: Any, found: dict[str, np.ndarray]) -> str | None:
     for folder, stamp, digest in header["folders"]:
         try:
             now, entries = folder_identity(fs, folder)
-        except OSError as exc:
-            return f"{folder} cannot be listed ({exc.strerror or exc})"
+        except Exception as exc:  # any failure to list: not known to be the same (describing
+            return f"{folder} cannot be listed ({exc})"  # again retries, and names a lasting one
         if list(now) != [stamp, digest]:
             before = json.loads(found["listings"].tobytes()).get(folder, [])
-            return describe_change(folder, before, entries)
+            return describe_change(folder, before, entries, stamp is not None)
     for pattern, digest in header["globs"]:
-        if glob_identity(fs, pattern) != digest:
+        try:
+            now_digest = glob_identity(fs, fs._strip_protocol(pattern))
+        except Exception as exc:  # as above
+            return f"{pattern} cannot be listed ({exc})"
+        if now_digest != digest:
             return f"the matches of {pattern} changed"
     return None
 

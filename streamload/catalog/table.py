@@ -21,7 +21,9 @@ from typing import Any, overload
 
 import numpy as np
 
+from streamload.errors import FormatError
 from streamload.formats.base import ShardInfo
+from streamload.remote.handle import StorageHandle
 
 __all__ = ["RECORD_FIELDS", "ShardTable", "TableFacts", "fingerprint_of", "record_of"]
 
@@ -168,6 +170,36 @@ class ShardTable(Sequence[ShardInfo]):
         """The same shards read through ``storage`` (a handle)."""
         return ShardTable(
             self.num_tokens, self.facts, self._decode, storage, self.origin, self._forget
+        )
+
+    def read_with(self, storage: Any) -> ShardTable:
+        """The same shards read with the fetching options ``storage`` (a
+        :class:`~streamload.config.storage.StorageConfig`, or ``None``: as described)."""
+        if storage is None or not self.remote:
+            return self
+        handle = self[0].storage
+        if handle is None or handle.config == storage:
+            return self
+        return self.with_storage(
+            StorageHandle(handle.protocol, handle.options, storage, handle.on_error)
+        )
+
+    def common_dtype(self) -> np.dtype:
+        """The narrowest integer dtype holding every shard's tokens (uint16 + uint32 → uint32).
+
+        Raises:
+            FormatError: no integer dtype holds them all (naming a shard of each).
+        """
+        dtypes = sorted({np.dtype(d).newbyteorder("=") for d in self.facts.dtypes}, key=str)
+        common = np.result_type(*dtypes)
+        if common.kind in "ui":
+            return common
+        first = {}
+        for info in self:
+            first.setdefault(np.dtype(info.dtype).newbyteorder("="), info.path)
+        found = ", ".join(f"{d.name} ({first[d]})" for d in dtypes)
+        raise FormatError(
+            f"shards of one source hold token dtypes no integer dtype can hold together: {found}"
         )
 
     def mapped(self, view: Callable[[ShardInfo], ShardInfo], facts: TableFacts) -> ShardTable:

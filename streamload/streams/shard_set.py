@@ -38,7 +38,6 @@ from streamload.formats.loss_mask import FORMAT as MASK_FORMAT_SPEC
 from streamload.formats.loss_mask import MASK_DTYPE, mask_shard
 from streamload.formats.registry import open_shard
 from streamload.ops.masks import starts_from_offsets
-from streamload.remote.handle import StorageHandle
 from streamload.streams._shard_remote import (
     gather_remote,
     prefetch_tokens,
@@ -77,33 +76,6 @@ stream touches every shard, so a corpus of more shards than this reopens some in
 (about 10 us each)."""
 
 
-def _with_storage(table: ShardTable, storage: StorageConfig | None) -> ShardTable:
-    """``table`` read with the fetching options ``storage`` (a source's shards share one
-    storage handle)."""
-    if storage is None or not table.remote:
-        return table
-    handle = table[0].storage
-    if handle is None or handle.config == storage:
-        return table
-    rebound = StorageHandle(handle.protocol, handle.options, storage, handle.on_error)
-    return table.with_storage(rebound)
-
-
-def _common_dtype(shards: ShardTable) -> np.dtype:
-    """The narrowest integer dtype holding every shard's tokens (uint16 + uint32 → uint32)."""
-    dtypes = sorted({np.dtype(d).newbyteorder("=") for d in shards.facts.dtypes}, key=str)
-    common = np.result_type(*dtypes)
-    if common.kind not in "ui":
-        found = ", ".join(
-            f"{d.name} ({next(s.path for s in shards if np.dtype(s.dtype).newbyteorder('=') == d)})"
-            for d in dtypes
-        )
-        raise FormatError(
-            f"shards of one source hold token dtypes no integer dtype can hold together: {found}"
-        )
-    return common
-
-
 class ShardSet:
     """The shards of one source, opened lazily in whichever process uses them.
 
@@ -119,13 +91,13 @@ class ShardSet:
         self, shards: Sequence[ShardInfo] | ShardTable, storage: StorageConfig | None = None
     ) -> None:
         table = ShardTable.of(shards)
-        self.shards = _with_storage(table, storage)
+        self.shards = table.read_with(storage)
         self.remote = table.remote
         # pid of the process whose Lookahead prefetches every chunk (a forked worker inherits
         # the value without the Lookahead, so it compares pids; pickling resets it)
         self.planned_ahead: int | None = None
         self.offsets = np.concatenate([[0], np.cumsum(table.num_tokens)]).astype(np.int64)
-        self.dtype = _common_dtype(table)
+        self.dtype = table.common_dtype()
         self._checked: set[int] = set()  # shards whose identity this process checked
         self._open: OrderedDict[int, TokenShard] = OrderedDict()
         self._open_pid = os.getpid()  # a forked child must not use its parent's opened shards

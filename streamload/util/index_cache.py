@@ -1,20 +1,16 @@
 """On-disk cache of built index arrays: content-addressed, verified, atomic, built once, mapped.
 
-Two kinds of arrays use it (:class:`CacheKind`): Megatron mode's indices (:data:`MEGATRON`)
-and the packing plans of packed and padded modes (:data:`PACKING`). The files of a kind are
-``{H}-streamload-{kind}-{array}.npy`` plus ``{H}-streamload-{kind}-description.json``, where
-``H`` is the sha256 of the description (every input of the arrays: for Megatron the data
-fingerprints, split, samples, seq_len, seed and flags; for a packing plan the source's files,
-seq_len and the packing rule). Each array is written under a temporary name and renamed; the
-description is written last, so its presence means the set is complete. It also records each
-array (:mod:`streamload.util.array_record`). Two jobs sharing the folder write identical
-bytes under identical names, so a race only costs a duplicate build.
+Each kind of arrays (:class:`CacheKind`: Megatron indices, packing and piece plans, the shard
+catalog) has files ``{H}-streamload-{kind}-{array}.npy`` and ``…-description.json``, ``H``
+the sha256 of the description (every input of the arrays). Arrays are written under a
+temporary name and renamed; the description, which records each array
+(:mod:`streamload.util.array_record`), last, so its presence means the set is complete. Two
+jobs sharing the folder write identical bytes under identical names.
 
 Every load checks each file's size and ``.npy`` header against the record (O(1)), and its
 sha256 only when its stat differs from the recorded one (a copied, restored or edited file).
 A matching digest records the new stat, so the next load is O(1) again. A set that fails a
-check is rebuilt with a warning naming the file and what did not match; nothing unchecked is
-ever mapped.
+check (or its caller's ``check``) is rebuilt with a warning naming what did not match.
 
 Who builds: with ``torch.distributed`` initialized and ``rank_zero_builds`` (Megatron's way),
 rank 0 builds and the others wait on a barrier (a rank 0 that fails still reaches it, so the
@@ -28,9 +24,7 @@ naming no owner (empty or torn: its builder died between creating and writing it
 files that killed writers left in the folder (:func:`streamload.util.files.remove_stale_temps`:
 only those whose writer is provably gone).
 
-megatron-core's own cache files are read by :mod:`streamload.modes.megatron.core_cache`,
-with the same checks.
-
+megatron-core's own cache files are read by :mod:`streamload.modes.megatron.core_cache`.
 ``cache_dir`` that is a file, or that cannot be made or written when indices must be saved, is
 a :class:`~streamload.errors.ConfigError` naming it; a complete, sound cache in a read-only
 folder is read (as megatron-core does; new stats cannot be recorded there, so a copied cache
@@ -140,8 +134,7 @@ def cache_folder(cache_dir: str, kind: CacheKind = MEGATRON) -> Path:
 
 
 class CacheUnwritable(ConfigError):
-    """The cache folder cannot be written (read-only, full): a caller for whom the cache is
-    only an optimisation (the shard catalog) goes on without it."""
+    """The folder cannot be written: a caller for whom the cache is a speed-up goes on."""
 
 
 def _unwritable(folder: Path, exc: OSError, kind: CacheKind) -> ConfigError:
@@ -372,12 +365,11 @@ def _open_own(entry: _Entry) -> tuple[Arrays, Files] | None:
         _unsound(entry, checked)
         return None
     arrays, restamp = checked
-    stale = entry.check(arrays) if entry.check is not None else None
-    if stale is not None:
+    if entry.check is not None and (stale := entry.check(arrays)) is not None:
         with contextlib.suppress(OSError):  # so that waiting processes wait for the rebuild
             done.unlink()
-        entry.kind.log.warning("streamload: %s in %s are out of date: %s; building them "
-                               "again", entry.kind.what, entry.folder, stale)  # fmt: skip
+        entry.kind.log.warning("streamload: %s in %s is out of date: %s; building it again",
+                               entry.kind.what, entry.folder, stale)  # fmt: skip
         return None
     if restamp:  # verified by digest: record the new stats so the next load is O(1)
         body["arrays"] = {name: record[name] | restamp.get(name, {}) for name in record}

@@ -42,8 +42,8 @@ from streamload.plan.packing import (
     pack_items,
     pad_items,
 )
-from streamload.util.index_cache import PACKING
 from streamload.streams.source_plan import files_description, load_source_plan
+from streamload.util.index_cache import PACKING
 
 __all__ = ["LAYOUT", "PackedPlan", "build_plan_arrays", "load_plan", "plan_description"]
 
