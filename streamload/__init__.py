@@ -75,13 +75,16 @@ __getattr__ = lazy_attributes(__name__, globals(), _LAZY)
 
 
 _MOVED = {
-    "streamload.catalog_cache": "streamload.catalog.cache",
+    "streamload.catalog_cache": "streamload.catalog.store",
     "streamload.chunks": "streamload.streams.chunks",
     "streamload.convert": "streamload.tools.convert",
     "streamload.demo": "streamload.tools.demo",
     "streamload.documents": "streamload.tools.documents",
     "streamload.listing": "streamload.catalog.listing",
-    "streamload.megatron_cache": "streamload.streams.index_cache",
+    "streamload.megatron_cache": "streamload.util.index_cache",
+    # issue 31: the build-once array cache serves the catalog too (a layer below it)
+    "streamload.streams.array_record": "streamload.util.array_record",
+    "streamload.streams.index_cache": "streamload.util.index_cache",
     "streamload.megatron_config": "streamload.modes.megatron.checks",
     "streamload.megatron_source": "streamload.modes.megatron.source",
     "streamload.megatron_stream": "streamload.modes.megatron.stream",

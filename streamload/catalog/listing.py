@@ -21,6 +21,7 @@ import posixpath
 from typing import Any, NamedTuple
 
 from streamload.catalog.dataset_dict import dataset_dict_hint
+from streamload.catalog.identity import folder_stamp
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
@@ -338,22 +339,25 @@ def _listed(
 
 class Siblings(NamedTuple):
     """The files of one folder: name → listed version (:func:`object_version`), the set of
-    names (built once per folder: a folder may hold many thousands of shards), and name →
-    size in bytes (``-1`` when the listing gives none)."""
+    names (built once per folder: a folder may hold many thousands of shards), name → size
+    in bytes (``-1`` when the listing gives none), and a local folder's modification time
+    in ns taken before the listing (``None`` when remote: :mod:`streamload.catalog.identity`)."""
 
     versions: dict[str, str]
     names: frozenset[str]
     sizes: dict[str, int]
+    stamp: list[Any] | None = None
 
 
 def sibling_files(fs: Any, folder: str, cache: dict[str, Siblings]) -> Siblings:
     """The files in ``folder`` (one listing per folder, cached): sniffing looks for companions
     by name, and a remote companion is later read only in the version listed here."""
     if folder not in cache:
+        stamp = folder_stamp(fs, folder)  # before the listing: a file added meanwhile shows
         entries = fs.ls(folder, detail=True)
         versions = {posixpath.basename(e["name"]): object_version(e) for e in entries}
         sizes = {posixpath.basename(e["name"]): _size(e) for e in entries}
-        cache[folder] = Siblings(versions, frozenset(versions), sizes)
+        cache[folder] = Siblings(versions, frozenset(versions), sizes, stamp)
     return cache[folder]
 
 

@@ -17,22 +17,32 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-import hashlib
+import os
 import posixpath
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from streamload.catalog.cache import Job, catalog_key, load_catalog, save_catalog
+from streamload.catalog.identity import folder_stamp, glob_identity, is_local, listing_digest
 from streamload.catalog.listing import (
     Siblings,
     list_source_files,
     sibling_files,
+    source_filesystem,
     source_url,
 )
 from streamload.catalog.masks import attach_masks
+from streamload.catalog.store import (
+    Identity,
+    NotCached,
+    cached_table,
+    catalog_description,
+    catalog_folder,
+)
+from streamload.catalog.table import ShardTable
 from streamload.config import DataConfig, SourceConfig
 from streamload.config.source import OnError
 from streamload.config.storage import StorageConfig
@@ -49,6 +59,9 @@ __all__ = [
     "describe_sources",
     "storage_handle",
 ]
+
+Job = tuple[ListedFile, ReadOptions, Siblings]
+"""A file to describe: as listed, its read options, and its folder's files and versions."""
 
 COMPANION_SUFFIXES = ("idx", "csv.gz", "ds.index", "ds.metadata", "tok.json")
 """Files beside a token file ``X.<ext>`` named ``X.<suffix>`` that its format reads (Megatron
@@ -68,34 +81,29 @@ class SourceCatalog:
     """
 
     config: SourceConfig
-    shards: tuple[ShardInfo, ...]
+    shards: ShardTable
     skipped: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.shards, ShardTable):  # described shards given as a sequence
+            object.__setattr__(self, "shards", ShardTable.of(self.shards))
 
     @property
     def num_tokens(self) -> int:
         """Tokens over all shards."""
-        return sum(s.num_tokens for s in self.shards)
+        return int(self.shards.num_tokens.sum())
 
     def fingerprint(self) -> str:
         """sha256 over (relative path, bytes, tokens, dtype) of every shard, in order, and
         for shards tokenized on the fly (jsonl) the sha256 of file and tokenizer, BOS/EOS, field.
 
-        Computed once per catalog (every saved state holds it: the node chain saves one per
-        chunk, and a catalog may describe 10^5 shards)."""
-        cached = self.__dict__.get("_fingerprint")
-        if cached is None:
-            cached = self._digest()
-            object.__setattr__(self, "_fingerprint", cached)
-        return str(cached)
+        Computed once, when the shards were described (every saved state holds it, and a
+        catalog may describe 10^5 shards)."""
+        return self.shards.facts.fingerprint
 
-    def _digest(self) -> str:
-        digest = hashlib.sha256()
-        for s in self.shards:
-            digest.update(f"{s.relpath}\0{s.size}\0{s.num_tokens}\0{s.dtype}\n".encode())
-            if "tokenizer_sha256" in s.meta:
-                keys = ("tokenizer_sha256", "bos", "eos", "text_field", "jsonl_sha256")
-                digest.update(("\0".join(str(s.meta.get(k)) for k in keys) + "\n").encode())
-        return digest.hexdigest()
+
+def _native(dtypes: Sequence[str]) -> set[np.dtype]:
+    return {np.dtype(d).newbyteorder("=") for d in dtypes}
 
 
 def _tokenizer_spec(source: SourceConfig) -> TokenizerSpec | None:
@@ -128,14 +136,19 @@ def describe_source(
     storage: StorageConfig | None = None,
     *,
     eos_token_id: int | None = None,
+    fresh: bool = False,
 ) -> SourceCatalog:
-    """List a source and read each shard's header.
+    """A source's shards: from the catalog cache when the data did not change (one listing
+    per folder, :mod:`streamload.catalog.store`), else listed and described (each shard's
+    header read) and cached.
 
     Args:
         source: The source.
         vocab_size: Configured vocabulary size (some formats pick a width by it).
         storage: Fetching options for remote sources (default ``StorageConfig()``).
         eos_token_id: The EOS id (tatm zero-tail trimming keeps a trailing EOS 0).
+        fresh: Describe every shard now, neither reading nor writing the catalog cache
+            (``validate``, ``inspect``: the files as they are).
 
     Raises:
         ConfigError: the path lists no files (or every shard was skipped).
@@ -143,8 +156,61 @@ def describe_source(
         RemoteReadError: a remote header stays unreadable (``on_error = "raise"``).
     """
     storage = storage or StorageConfig()
-    fs, files = list_source_files(source, storage)
+    fs, entries = source_filesystem(source, storage)
     handle = storage_handle(fs, source, storage)
+
+    def build() -> tuple[tuple[ShardInfo, ...], Identity]:
+        catalog, identity = _describe(fs, source, storage, handle, vocab_size, eos_token_id)
+        if catalog.skipped:  # a transient fault must not be remembered
+            raise NotCached(catalog)
+        return tuple(catalog.shards), identity
+
+    if not fresh and source.tokenizer is None and _cache_usable(storage):
+        options = {"vocab_size": vocab_size, "eos": eos_token_id, "cache": storage.cache_root}
+        description = catalog_description(fs, source, entries, options)
+        try:
+            table = cached_table(fs, source, storage, description, build, handle)
+        except NotCached as exc:
+            return cast(SourceCatalog, exc.result)
+        check_one_dtype(source, table)
+        return SourceCatalog(source, table)
+    return _describe(fs, source, storage, handle, vocab_size, eos_token_id)[0]
+
+
+def _cache_usable(storage: StorageConfig) -> bool:
+    """Whether the catalog is cached: a disk cache is on and its folder can be made (a
+    ``cache_dir`` the user set that cannot is a :class:`ConfigError`; the default folder
+    that cannot only costs each start its headers)."""
+    if not storage.cache_size:
+        return False
+    try:
+        catalog_folder(storage)
+    except ConfigError:
+        if storage.cache_dir is not None:
+            raise
+        return False
+    return True
+
+
+def _describe(
+    fs: Any,
+    source: SourceConfig,
+    storage: StorageConfig,
+    handle: StorageHandle | None,
+    vocab_size: int | None,
+    eos_token_id: int | None,
+) -> tuple[SourceCatalog, Identity]:
+    """List a source and read each shard's header; what was listed, to check it later."""
+    identity, stamps = Identity(), {}
+    for entry in (*source.paths, *source.mask_paths):  # before listing: a change shows
+        path = fs._strip_protocol(entry)
+        pattern = any(c in entry for c in "*?[")
+        if pattern and (digest := retrying(storage, f"listing {entry}", _glob, fs, path)):
+            identity.globs[entry] = digest
+        elif is_local(fs):  # the folder's files (index.json) are read as it is listed
+            folder = path if os.path.isdir(path) else posixpath.dirname(path)
+            stamps[folder] = folder_stamp(fs, folder)
+    fs, files = list_source_files(source, storage)
     meta: dict[str, str | None] = {}
     siblings: dict[str, Siblings] = {}
     jobs: list[Job] = []
@@ -165,16 +231,42 @@ def describe_source(
         listed = ListedFile(source_url(fs, f.path, source), f.relpath, f.size, f.version)
         jobs.append((listed, options, siblings[folder]))
     if handle is None:
-        catalog = _describe_local(fs, source, storage, jobs)
+        catalog = _describe_local(fs, source, jobs)
     else:
-        catalog = _describe_remote(fs, source, storage, handle, jobs)
+        catalog = _describe_all(fs, source, storage, handle, jobs)
     check_one_dtype(source, catalog.shards)
     paths = [(file.path, folder) for file, _, folder in jobs]
-    shards = attach_masks(fs, source, storage, catalog.shards, paths)
-    return dataclasses.replace(catalog, shards=shards)
+    shards = attach_masks(fs, source, storage, tuple(catalog.shards), paths)
+    _record_folders(fs, identity, siblings, stamps, shards)
+    return dataclasses.replace(catalog, shards=shards), identity
 
 
-def check_one_dtype(source: SourceConfig, shards: tuple[ShardInfo, ...]) -> None:
+def _glob(fs: Any, path: str) -> str | None:
+    """The digest of a glob's matches; ``None`` when ``path`` exists (a name, not a glob)."""
+    return None if fs.exists(path) else glob_identity(fs, path)
+
+
+def _record_folders(
+    fs: Any,
+    identity: Identity,
+    siblings: dict[str, Siblings],
+    stamps: dict[str, Any],
+    shards: tuple[ShardInfo, ...],
+) -> None:
+    """Record the identity of every folder the description listed (with the stamp taken
+    before anything in it was read), and of the folders of named loss masks (listed now)."""
+    local = is_local(fs)
+    for folder, sib in siblings.items():
+        rows = [(name, sib.sizes[name], version) for name, version in sib.versions.items()]
+        stamp = stamps.get(folder, sib.stamp)
+        identity.folders[folder] = (stamp, listing_digest(rows, local))
+        identity.listings[folder] = rows
+    for info in shards:
+        if info.loss_mask and not info.is_remote:
+            identity.add_folder(fs, posixpath.dirname(info.loss_mask))
+
+
+def check_one_dtype(source: SourceConfig, shards: Sequence[ShardInfo]) -> None:
     """A source's files hold one token dtype, unless its config names a ``dtype`` (then
     each file's casts safely to it: checked as each is described).
 
@@ -186,6 +278,8 @@ def check_one_dtype(source: SourceConfig, shards: tuple[ShardInfo, ...]) -> None
     """
     if source.dtype != "auto":
         return
+    if isinstance(shards, ShardTable) and len(_native(shards.facts.dtypes)) < 2:
+        return  # the described set's dtypes: no walk over the shards
     first: dict[np.dtype, str] = {}
     for info in shards:
         first.setdefault(np.dtype(info.dtype).newbyteorder("="), info.path)
@@ -200,30 +294,15 @@ def check_one_dtype(source: SourceConfig, shards: tuple[ShardInfo, ...]) -> None
         )
 
 
-def _describe_local(
-    fs: Any, source: SourceConfig, storage: StorageConfig, jobs: list[Job]
-) -> SourceCatalog:
-    """Describe local shards, or take them from the catalog cache when every file of their
-    folders has the modification time it had: a Megatron ``.idx`` is validated whole (about
-    10 ns per document), so without this every start-up would grow with the corpus. The
-    folder listing's times are the local files' versions, recorded like a remote object's
-    (the shard's and its companions'), so what is keyed by versions (a packing plan) sees a
-    rewritten file."""
+def _describe_local(fs: Any, source: SourceConfig, jobs: list[Job]) -> SourceCatalog:
+    """Describe local shards. The folder listing's times are the local files' versions,
+    recorded like a remote object's (the shard's and its companions'), so what is keyed by
+    versions (a packing plan) sees a rewritten file."""
+    fmt = source.format.value
     versioned = [
         (dataclasses.replace(listed, version=f.versions.get(_name(listed.path), "")), o, f)
         for listed, o, f in jobs
     ]
-    key = catalog_key(source.format.value, versioned) if storage.cache_size else None
-    if key is not None:
-        try:
-            cached = load_catalog(storage.cache_root, key, None)
-        except ConfigError:
-            if storage.cache_dir is not None:
-                raise
-            key, cached = None, None  # the default folder is unusable: local files need none
-        if cached is not None and len(cached) == len(jobs):
-            return SourceCatalog(source, tuple(cached))
-    fmt = source.format.value
     infos = [
         dataclasses.replace(
             describe_shard(fs, listed, fmt, opts, folder.names),
@@ -232,8 +311,6 @@ def _describe_local(
         )
         for listed, opts, folder in versioned
     ]
-    if key is not None:
-        save_catalog(storage.cache_root, key, infos)
     return SourceCatalog(source, tuple(infos))
 
 
@@ -247,22 +324,6 @@ def _companions(path: str, folder: Siblings) -> dict[str, str]:
     stem = _name(path).rsplit(".", 1)[0] + "."
     names = (stem + suffix for suffix in COMPANION_SUFFIXES)
     return {name: folder.versions[name] for name in names if name in folder.versions}
-
-
-def _describe_remote(
-    fs: Any, source: SourceConfig, storage: StorageConfig, handle: StorageHandle, jobs: list[Job]
-) -> SourceCatalog:
-    """Describe remote shards concurrently, or take them from the catalog cache when the
-    listing shows the same objects (:mod:`streamload.catalog.cache`)."""
-    key = catalog_key(source.format.value, jobs) if storage.cache_size else None
-    if key is not None:
-        cached = load_catalog(storage.cache_root, key, handle)
-        if cached is not None and len(cached) == len(jobs):
-            return SourceCatalog(source, tuple(cached))
-    catalog = _describe_all(fs, source, storage, handle, jobs)
-    if key is not None and not catalog.skipped:
-        save_catalog(storage.cache_root, key, catalog.shards)
-    return catalog
 
 
 def _describe_all(

@@ -40,6 +40,8 @@ def catalog_from_args(
     ``eos_token_id`` defaults to the command's ``--eos``: the describe step needs it (a tatm
     file's trailing zeros keep a final EOS 0), so every subcommand that takes ``--eos`` passes
     it here, not only to the steps after (issue 36: ``docs --eos 0`` lost a last EOS).
+    The commands look at the files as they are now: described afresh, never from the
+    catalog cache (which is checked by folder listings, docs/design.md §2.15).
     """
     if eos_token_id is None:
         eos_token_id = getattr(args, "eos", None)
@@ -51,7 +53,7 @@ def catalog_from_args(
         name="cli", path=tuple(args.paths), format=args.format, dtype=args.dtype,
         column=getattr(args, "column", None),
     )  # fmt: skip
-    return describe_source(source, vocab_size, eos_token_id=eos_token_id)
+    return describe_source(source, vocab_size, eos_token_id=eos_token_id, fresh=True)
 
 
 def open_all(catalog: SourceCatalog) -> list[TokenShard]:

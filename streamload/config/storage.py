@@ -11,7 +11,7 @@ import enum
 import os
 from dataclasses import dataclass
 
-from streamload.config.checks import check_int, check_number, check_path, to_enum
+from streamload.config.checks import check_bool, check_int, check_number, check_path, to_enum
 from streamload.errors import ConfigError
 
 __all__ = [
@@ -105,6 +105,10 @@ class StorageConfig:
             (0: never; windows are read by range).
         coalesce_gap: Byte ranges at most this far apart are fetched by one request (the gap
             is read too; a round trip costs more than a few KiB on any object store).
+        trust_catalog: Use a source's cached catalog without listing its folders to check
+            that the data did not change (``false``: one listing per folder at each start,
+            never a ``stat`` per file; :mod:`streamload.catalog.store`). A shard rewritten
+            in place is refused when first opened either way.
     """
 
     cache_dir: str | None = None
@@ -122,6 +126,7 @@ class StorageConfig:
     stall_timeout: float = 600.0
     whole_shard_size: int = 0
     coalesce_gap: int = 64 << 10
+    trust_catalog: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -138,6 +143,7 @@ class StorageConfig:
         check_int(self.retries, "storage.retries", 0, MAX_RETRIES)
         check_int(self.whole_shard_size, "storage.whole_shard_size", 0)
         check_int(self.coalesce_gap, "storage.coalesce_gap", 0)
+        check_bool(self.trust_catalog, "storage.trust_catalog")
         for name in ("backoff", "stall_warning"):
             check_number(getattr(self, name), f"storage.{name}", 0, maximum=MAX_SECONDS)
         for name in ("timeout", "stall_timeout"):  # 0 would fail every request at once

@@ -47,10 +47,9 @@ def skip_unreadable(info: ShardInfo, exc: RemoteReadError, samples: int = 0) -> 
 def store_of(shards: tuple[ShardInfo, ...]) -> RemoteStore | None:
     """This process's store of the first remote shard (``None`` when every shard is local);
     sources on one storage with equal options share one store and its counters."""
-    for info in shards:
-        if info.is_remote:
-            store: RemoteStore = info.storage.store()
-            return store
+    if len(shards) and shards[0].is_remote:  # a source's shards share one storage
+        store: RemoteStore = shards[0].storage.store()
+        return store
     return None
 
 

@@ -23,19 +23,21 @@ import dataclasses
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from streamload.catalog.identity import check_opened, refuse_changed
+from streamload.catalog.table import ShardTable
 from streamload.config.storage import StorageConfig
 from streamload.errors import FormatError, RemoteReadError
 from streamload.formats.base import ShardInfo, TokenShard
-from streamload.formats.loss_mask import mask_shard
+from streamload.formats.loss_mask import FORMAT as MASK_FORMAT_SPEC
+from streamload.formats.loss_mask import MASK_DTYPE, mask_shard
 from streamload.formats.registry import open_shard
 from streamload.ops.masks import starts_from_offsets
-from streamload.remote.handle import StorageHandle
 from streamload.streams._shard_remote import (
     gather_remote,
     prefetch_tokens,
@@ -43,6 +45,8 @@ from streamload.streams._shard_remote import (
     skip_unreadable,
     store_of,
 )
+
+MASK_FORMAT = MASK_FORMAT_SPEC.name
 
 __all__ = ["MAX_OPEN_SHARDS", "ShardSet", "loss_mask_set", "skip_unreadable"]
 
@@ -72,29 +76,6 @@ stream touches every shard, so a corpus of more shards than this reopens some in
 (about 10 us each)."""
 
 
-def _with_storage(info: ShardInfo, storage: StorageConfig | None) -> ShardInfo:
-    handle = info.storage
-    if storage is None or handle is None or handle.config == storage:
-        return info
-    rebound = StorageHandle(handle.protocol, handle.options, storage, handle.on_error)
-    return dataclasses.replace(info, storage=rebound)
-
-
-def _common_dtype(shards: tuple[ShardInfo, ...]) -> np.dtype:
-    """The narrowest integer dtype holding every shard's tokens (uint16 + uint32 → uint32)."""
-    dtypes = sorted({np.dtype(s.dtype).newbyteorder("=") for s in shards}, key=str)
-    common = np.result_type(*dtypes)
-    if common.kind not in "ui":
-        found = ", ".join(
-            f"{d.name} ({next(s.path for s in shards if np.dtype(s.dtype).newbyteorder('=') == d)})"
-            for d in dtypes
-        )
-        raise FormatError(
-            f"shards of one source hold token dtypes no integer dtype can hold together: {found}"
-        )
-    return common
-
-
 class ShardSet:
     """The shards of one source, opened lazily in whichever process uses them.
 
@@ -106,15 +87,18 @@ class ShardSet:
             with; never changes which tokens are read).
     """
 
-    def __init__(self, shards: tuple[ShardInfo, ...], storage: StorageConfig | None = None) -> None:
-        self.shards = tuple(_with_storage(s, storage) for s in shards)
-        self.remote = any(s.is_remote for s in self.shards)
+    def __init__(
+        self, shards: Sequence[ShardInfo] | ShardTable, storage: StorageConfig | None = None
+    ) -> None:
+        table = ShardTable.of(shards)
+        self.shards = table.read_with(storage)
+        self.remote = table.remote
         # pid of the process whose Lookahead prefetches every chunk (a forked worker inherits
         # the value without the Lookahead, so it compares pids; pickling resets it)
         self.planned_ahead: int | None = None
-        counts = np.array([s.num_tokens for s in shards], dtype=np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.dtype = _common_dtype(shards)
+        self.offsets = np.concatenate([[0], np.cumsum(table.num_tokens)]).astype(np.int64)
+        self.dtype = table.common_dtype()
+        self._checked: set[int] = set()  # shards whose identity this process checked
         self._open: OrderedDict[int, TokenShard] = OrderedDict()
         self._open_pid = os.getpid()  # a forked child must not use its parent's opened shards
         self._lock = threading.Lock()
@@ -125,6 +109,7 @@ class ShardSet:
         state["_open"] = OrderedDict()
         state["_open_pid"] = None
         state["planned_ahead"] = None  # another process: its reads start their own fetches
+        state["_checked"] = set()
         del state["_lock"], state["_skipped"]
         return state
 
@@ -191,7 +176,14 @@ class ShardSet:
                 return opened
         # Opened outside the lock (a remote open may fetch an index): a thread racing us
         # opens it too, and the first one stored wins.
-        fresh = open_shard(self.shards[index])
+        info = self.shards[index]
+        if index not in self._checked:  # once per process: a shard changed in place
+            problem = check_opened(info)
+            if problem is not None:
+                self.shards.forget()
+                raise refuse_changed(problem)
+            self._checked.add(index)
+        fresh = open_shard(info)
         with self._lock:
             opened = self._open.setdefault(index, fresh)
             self._open.move_to_end(index)
@@ -374,14 +366,16 @@ class ShardSet:
 
 
 def loss_mask_set(
-    shards: tuple[ShardInfo, ...], storage: StorageConfig | None = None
+    shards: Sequence[ShardInfo] | ShardTable, storage: StorageConfig | None = None
 ) -> ShardSet | None:
     """The loss masks of ``shards`` as a shard set of their own, gathered with the same
     stream offsets as the tokens (:func:`streamload.formats.loss_mask.mask_shard`: a shard
     without a mask reads as all trained); ``None`` when no shard has a mask."""
-    if not any(s.loss_mask for s in shards):
+    table = ShardTable.of(shards)
+    if not table.facts.masked:
         return None
-    return ShardSet(tuple(mask_shard(s) for s in shards), storage)
+    facts = dataclasses.replace(table.facts, dtypes=(MASK_DTYPE.str,), formats=(MASK_FORMAT,))
+    return ShardSet(table.mapped(mask_shard, facts), storage)
 
 
 def _mapped_windows(shard: TokenShard, num_tokens: int, length: int) -> np.ndarray | None:

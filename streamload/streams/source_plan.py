@@ -8,7 +8,7 @@ adds (lengths, rules). The folder is ``sampling.cache_dir``, else ``<storage cac
 folder>/plans``; a default folder that cannot be written only costs a build per start-up
 (with a warning), an explicit one is an error. A file listed without a version leaves the
 plan uncached (a same-size replacement could not be told apart), with a warning. One process
-per folder builds, the others wait and map its files (:mod:`streamload.streams.index_cache`).
+per folder builds, the others wait and map its files (:mod:`streamload.util.index_cache`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
 from streamload.formats.base import ShardInfo
-from streamload.streams.index_cache import CacheKind, load_or_build
+from streamload.util.index_cache import CacheKind, load_or_build
 
 __all__ = ["files_description", "load_source_plan"]
 

@@ -38,7 +38,7 @@ class TokenSource:
     def __init__(self, config: DataConfig, catalog: SourceCatalog) -> None:
         self._bind(config, catalog)
         self.split = source_split(config, catalog, self.shards)  # None: no split is set
-        counts = np.array([s.num_tokens for s in catalog.shards], dtype=np.int64)
+        counts = catalog.shards.num_tokens
         span = None if self.split is None else self.split.span
         self.layout = WindowLayout(counts, config.seq_len, config.sampling.cross_shard, span)
         self._check()
@@ -80,7 +80,7 @@ class TokenSource:
     @property
     def has_documents(self) -> bool:
         """Whether the shards' format records document boundaries (else EOS finds them)."""
-        return all(get_format(s.format).has_documents for s in self.catalog.shards)
+        return all(get_format(name).has_documents for name in self.catalog.shards.facts.formats)
 
     def window_starts(self, local: np.ndarray) -> np.ndarray:
         """Stream offsets of the windows of source-local sample indices (any shape)."""

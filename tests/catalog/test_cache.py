@@ -1,7 +1,7 @@
-"""The catalog cache (``streamload.catalog.cache``): a second start-up over the same remote
-objects reads no header and describes every shard exactly as describing again would; a
-replaced object is described again; nothing is cached without versions, without a disk
-cache, or when a shard was skipped. Against moto's S3 server."""
+"""The catalog cache (``streamload.catalog.store``) over remote objects: a second start-up
+over the same objects reads no header and describes every shard exactly as describing again
+would; a replaced object is described again (its entry rebuilt, the change named); nothing
+is cached without a disk cache, or when a shard was skipped. Against moto's S3 server."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from streamload import build_loader, load_config
-from streamload.catalog.cache import SCHEMA
 from streamload.catalog.sources import describe_sources
+from streamload.catalog.store import SCHEMA
 from streamload.errors import ConfigError
 from streamload.formats.base import ShardInfo
 from streamload.remote.store import RemoteStore
@@ -81,14 +81,17 @@ def test_a_second_start_up_reads_no_header(fmt: str, s3: S3Server, tmp_path: Pat
     assert _requests(cache) == described  # no header read: all from the catalog cache
     assert [_fields(s) for s in again] == [_fields(s) for s in first]
     assert all(s.storage is not None for s in again)
-    assert len(list((cache / "catalog").rglob("*.json"))) == 1
+    assert len(list((cache / "catalog").glob("*-description.json"))) == 1
     local = {**config, "sources": [{"name": "w", "path": str(folder)}]}
     with build_loader(local, batch_size=4) as a, build_loader(config, batch_size=4) as b:
         assert_batches_equal(list(a), list(b), f"{fmt}: cached catalog vs local")
 
 
 def test_a_replaced_object_is_described_again(
-    make_corpus: Callable[..., Corpus], s3: S3Server, tmp_path: Path
+    make_corpus: Callable[..., Corpus],
+    s3: S3Server,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     corpus = make_corpus([700, 500, 600])
     url = s3.upload_folder(corpus.folder, "catalog", uuid.uuid4().hex[:12])
@@ -99,10 +102,14 @@ def test_a_replaced_object_is_described_again(
     np.save(tmp_path / "new.npy", np.arange(900, dtype=np.uint16))
     s3.client().upload_file(str(tmp_path / "new.npy"), bucket, f"{prefix}/shard_00001.npy")
     before = _requests(cache)
-    again = _describe(config)
-    assert _requests(cache) > before  # another listing: another key, described again
+    with caplog.at_level(logging.WARNING, logger="streamload.catalog"):
+        again = _describe(config)
+    assert _requests(cache) > before  # its listing differs: described again
     assert again[1].num_tokens == 900 != first[1].num_tokens
-    assert len(list((cache / "catalog").rglob("*.json"))) == 2
+    (named,) = [r.getMessage() for r in caplog.records if "out of date" in r.getMessage()]
+    assert "changed shard_00001.npy" in named
+    assert len(list((cache / "catalog").glob("*-description.json"))) == 1  # rebuilt in place
+    assert [s.num_tokens for s in _describe(config)] == [s.num_tokens for s in again]
 
 
 def test_nothing_is_cached_without_a_disk_cache_or_after_a_skip(
@@ -120,7 +127,7 @@ def test_nothing_is_cached_without_a_disk_cache_or_after_a_skip(
         skipping["sources"][0]["storage_options"] = s3.storage_options(proxy.endpoint)
         with pytest.warns(UserWarning, match="skipping"):
             assert len(_describe(skipping)) == 2
-    assert not (tmp_path / "skip" / "catalog").exists()
+    assert not list((tmp_path / "skip" / "catalog").glob("*-description.json"))
 
 
 def test_the_schema_names_the_entry_layout() -> None:

@@ -14,6 +14,7 @@ from streamload.catalog.listing import list_source_files
 from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError, FormatError
+from streamload.streams.shard_set import ShardSet
 
 
 def touch(path: Path, tokens: int = 4) -> Path:
@@ -170,15 +171,29 @@ def test_fingerprint_survives_moving_and_copying(make_corpus: Callable, tmp_path
     assert fingerprint(f"{moved}/") == before
 
 
+def _rewritten_in_place(folder: Path, changed: Path) -> str:
+    """A file rewritten under its own name changes neither its folder's time nor its names:
+    the cached catalog still serves, and the shard is refused when first opened (which
+    removes the stale entry); the next start describes it again."""
+    catalog = describe_source(SourceConfig(name="web", path=str(folder), dtype="uint16"))
+    shards = ShardSet(catalog.shards)
+    with pytest.raises(FormatError, match=rf"{changed} changed since the catalog was built"):
+        for index in range(len(catalog.shards)):
+            shards.shard(index)
+    return fingerprint(folder, "uint16")
+
+
 def test_fingerprint_changes_with_the_data(make_corpus: Callable) -> None:
     corpus = make_corpus([50, 60, 70], fmt="raw")
     before = fingerprint(corpus.folder, "uint16")
     assert fingerprint(corpus.folder, "uint16") == before  # stable
     with open(corpus.paths[1], "ab") as fh:
         fh.write(np.array([5, 6], dtype="<u2").tobytes())
-    grown = fingerprint(corpus.folder, "uint16")
+    grown = _rewritten_in_place(corpus.folder, corpus.paths[1])
     assert grown != before
     corpus.paths[1].write_bytes(corpus.paths[1].read_bytes()[:-8])  # shrink below the original
+    assert _rewritten_in_place(corpus.folder, corpus.paths[1]) not in (before, grown)
+    (corpus.folder / "shard_00009.bin").write_bytes(b"\1\0" * 40)  # a new file: one listing
     assert fingerprint(corpus.folder, "uint16") not in (before, grown)
 
 

@@ -17,6 +17,7 @@ from streamload.errors import FormatError
 from streamload.formats import open_shard
 from streamload.formats.datatrove.datatrove import DatatroveShard, DatatroveWriter, humanize_metric
 from streamload.formats.loss_mask import mask_shard
+from tests.helpers.catalog import rewrote_in_place
 from tests.helpers.masks import assert_masks_follow_documents
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents, is_mapped
@@ -310,6 +311,7 @@ def test_index_larger_than_the_tokens_can_need_is_refused_unread(tmp_path: Path)
     (tmp_path / (DS + ".index")).write_bytes(ends.tobytes())
     assert describe(tmp_path).shards[0].meta["num_documents"] == 15 + 4096
     (tmp_path / (DS + ".index")).write_bytes(np.append(ends, 15).astype("<u8").tobytes())
+    rewrote_in_place(tmp_path / (DS + ".index"))
     with pytest.raises(FormatError, match=r"\.ds\.index: .* holds at most 4111 documents"):
         describe(tmp_path)
 

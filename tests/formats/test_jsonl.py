@@ -18,6 +18,7 @@ from streamload.errors import FormatError
 from streamload.formats.jsonl.jsonl import prepare_jsonl
 from streamload.formats.registry import open_shard
 from streamload.testing import assert_resumes_exactly, collect_global_batches
+from tests.helpers.catalog import rewrote_in_place
 from tests.tokenize.test_tokenize import sentences, tokenizer_path  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.filterwarnings("ignore:each pass of")
@@ -176,5 +177,6 @@ def test_an_edit_that_keeps_the_size_is_refused(prepared: Path) -> None:
     data = path.read_bytes()
     at = data.index(b'"text": "') + len(b'"text": "')
     path.write_bytes(data[:at] + (b"Z" if data[at : at + 1] != b"Z" else b"Y") + data[at + 1 :])
+    rewrote_in_place(path)
     with pytest.raises(FormatError, match=r"a\.jsonl: its content \(sha256\) differs"):
         describe_source(source)

@@ -26,6 +26,7 @@ from streamload.formats import open_shard
 from streamload.formats.base import ListedFile, ReadOptions
 from streamload.formats.mds.mds import FORMAT, MdsShard
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
+from tests.helpers.catalog import rewrote_in_place
 from tests.helpers.extras import needs
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents, is_mapped
@@ -195,11 +196,13 @@ def test_damaged_files_are_refused(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="it is truncated"):
         describe(folder)
     shard.write_bytes(data[:-4] + b"\xff" * 4)  # a token's bytes changed: still consistent
+    rewrote_in_place(shard)
     edit_index(folder, lambda ix: ix["shards"][0]["raw_data"].update(bytes=len(data)))
     assert describe(folder).num_tokens == 19
     bad = bytearray(data)
     bad[230] = 0x3C  # the first sample's ndarray header: ndim 15 (was 1)
     shard.write_bytes(bytes(bad))
+    rewrote_in_place(shard)
     with pytest.raises(FormatError, match="sample 0's column 'tokens'"):
         describe(folder)
 

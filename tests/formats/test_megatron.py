@@ -20,6 +20,7 @@ from streamload.errors import ConfigError, FormatError
 from streamload.formats import open_shard
 from streamload.formats.megatron._index import map_index, validate_index, write_index
 from streamload.formats.megatron.megatron import MegatronWriter, merge_megatron
+from tests.helpers.catalog import rewrote_in_place
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import is_mapped
 
@@ -294,6 +295,7 @@ def test_fairseq_layout_reads_one_document_per_sequence(tmp_path: Path) -> None:
     (tmp_path / "u32.idx").write_bytes(raw_idx(9, [1, 2], None, itemsize=4))
     assert read(tmp_path / "u32")[0] == [[1], [70000, 4_000_000_000]]
     (tmp_path / "u32.idx").write_bytes(raw_idx(7, [1, 2], None, itemsize=4))
+    rewrote_in_place(tmp_path / "u32.idx")
     with pytest.raises(FormatError, match=r"u32\.idx: dtype code 7 .*ambiguous"):
         describe(tmp_path / "u32")
 

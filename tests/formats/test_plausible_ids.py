@@ -21,6 +21,7 @@ from streamload.formats.numpy.plausible_ids import (
     fitting_dtype,
     implausible_ids,
 )
+from tests.helpers.catalog import rewrote_in_place
 
 TATM_YAML = "name: tokenized\ntokenized_info:\n  dtype: {dtype}\n  file_extension: bin\n"
 
@@ -84,6 +85,7 @@ def test_only_a_bounded_sample_is_read(tmp_path: Path) -> None:
     assert describe(tmp_path, dtype="uint32").num_tokens == tokens.size
     tokens[-1] = 2**30
     tokens.tofile(tmp_path / "a.bin")
+    rewrote_in_place(tmp_path / "a.bin")
     with pytest.raises(FormatError, match="ids up to 1,073,741,824"):
         describe(tmp_path, dtype="uint32")
 

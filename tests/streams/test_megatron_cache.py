@@ -15,8 +15,8 @@ import pytest
 
 from streamload import build_loader, load_config
 from streamload.modes.megatron.stream import MegatronStream
-from streamload.streams.index_cache import cache_key, load_or_build
 from streamload.streams.interface import SampleStream
+from streamload.util.index_cache import cache_key, load_or_build
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import write_megatron_documents
 from tests.streams.test_megatron import GOLDENS, config_of, load
@@ -103,7 +103,7 @@ def test_a_lock_left_by_a_killed_builder_is_taken_over(tmp_path: Path) -> None:
 def _build_later(folder: str, description: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
     import time
 
-    from streamload.streams import index_cache
+    from streamload.util import index_cache
 
     time.sleep(0.5)
     index_cache._Entry(Path(folder), cache_key(description), index_cache.MEGATRON).save(

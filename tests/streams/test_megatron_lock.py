@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamload.streams import index_cache
-from streamload.streams.index_cache import cache_key, load_or_build
+from streamload.util import index_cache
+from streamload.util.index_cache import cache_key, load_or_build
 
 ARRAYS = {"x": np.arange(7, dtype=np.int32)}
 

@@ -18,6 +18,7 @@ import pytest
 import streamload
 from streamload.errors import ConfigError
 from streamload.modes.packed.source import PackedSource
+from tests.helpers.catalog import rewrote_in_place
 from tests.helpers.corpus_factory import Corpus
 from tests.helpers.shards import write_megatron_documents
 from tests.streams.test_packed import packed_config
@@ -96,6 +97,7 @@ def test_changed_data_gets_a_new_plan(make_corpus: Callable[..., Corpus], tmp_pa
     eos = np.flatnonzero(tokens == corpus.eos_token_id)
     tokens[eos[:5]] = corpus.eos_token_id + 2  # five documents merge into their successors
     np.save(shard, tokens)  # same size, new documents
+    rewrote_in_place(shard)
     after = rows(cfg)
     fresh = packed_config(corpus)
     fresh["sampling"]["cache_dir"] = str(tmp_path / "fresh")
@@ -172,7 +174,7 @@ def test_processes_starting_together_build_the_plan_once(
 def test_process_workers_map_the_plan_instead_of_copying_it(
     make_corpus: Callable[..., Corpus], tmp_path: Path
 ) -> None:
-    corpus = make_corpus([4000], mean_doc_len=6.0)
+    corpus = make_corpus([8000], mean_doc_len=6.0)
     stream = streamload.build_stream(streamload.load_config(cached_config(corpus, tmp_path)))
     plan = stream.sources[0].plan
     blob = pickle.dumps(stream)

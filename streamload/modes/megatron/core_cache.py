@@ -10,7 +10,7 @@ the dtypes and shapes these inputs give. megatron-core records no digest, so the
 streamload uses a set it writes one beside it
 (``{md5}-GPTDataset-{split}-streamload-megatron-digests.json``, a name megatron-core never
 reads) and checks the files against it from then on, as it checks its own
-(:func:`streamload.streams.array_record.check_arrays`). A damaged set (missing, empty,
+(:func:`streamload.util.array_record.check_arrays`). A damaged set (missing, empty,
 truncated or changed files) is never mapped: a warning names it and the indices are built.
 In a read-only folder the digests cannot be recorded: size, dtype and shape are checked.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from streamload.streams.array_record import (
+from streamload.util.array_record import (
     Arrays,
     Files,
     check_arrays,

@@ -2,7 +2,7 @@
 
 In this order: megatron-core's own cached files of every dataset
 (:mod:`streamload.modes.megatron.core_cache`; the blend is then rebuilt, which is fast), else
-our cache (:mod:`streamload.streams.index_cache`, built once per job), else built here.
+our cache (:mod:`streamload.util.index_cache`, built once per job), else built here.
 
 Before anything is built, the size of the indices is computed from the layout alone
 (:func:`~streamload.plan.megatron_layout.megatron_index_size`, O(1) beyond a sum of the
@@ -42,7 +42,7 @@ from streamload.plan.megatron_layout import (
     gpt_index_size,
     megatron_index_size,
 )
-from streamload.streams.index_cache import load_or_build
+from streamload.util.index_cache import load_or_build
 
 __all__ = ["ALGORITHM", "GPT_FIELDS", "check_room", "index_description", "load_indices"]
 

@@ -19,7 +19,7 @@ epoch permutes the same samples. The folder is ``sampling.cache_dir``, else
 ``<storage cache folder>/plans`` (:attr:`streamload.config.StorageConfig.cache_root`); a
 default folder that cannot be written only costs a build per start-up (with a warning), an
 explicit one is an error. One process per folder builds, the others wait and map its files
-(:mod:`streamload.streams.index_cache`).
+(:mod:`streamload.util.index_cache`).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from streamload.plan.packing import (
     pack_items,
     pad_items,
 )
-from streamload.streams.index_cache import PACKING
 from streamload.streams.source_plan import files_description, load_source_plan
+from streamload.util.index_cache import PACKING
 
 __all__ = ["LAYOUT", "PackedPlan", "build_plan_arrays", "load_plan", "plan_description"]
 

@@ -20,8 +20,8 @@ from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
 from streamload.plan.vsl import PieceBuckets, bucket_lengths, decompose
-from streamload.streams.index_cache import VSL
 from streamload.streams.source_plan import MappedArrays, files_description, load_source_plan
+from streamload.util.index_cache import VSL
 
 __all__ = ["LAYOUT", "load_piece_plan", "piece_plan_description"]
 

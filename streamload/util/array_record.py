@@ -5,7 +5,7 @@ A record holds, per array, the file's size, the array's dtype and shape, the fil
 and its stat (size, mtime, ctime, inode). Any write sets ctime, which no user call can set
 back, so a file whose stat still matches was not changed since it was hashed; a copied,
 restored or edited file is hashed again. Used by the index cache
-(:mod:`streamload.streams.index_cache`) and for megatron-core's own cache files
+(:mod:`streamload.util.index_cache`) and for megatron-core's own cache files
 (:mod:`streamload.modes.megatron.core_cache`).
 """
 

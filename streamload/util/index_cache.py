@@ -1,20 +1,16 @@
 """On-disk cache of built index arrays: content-addressed, verified, atomic, built once, mapped.
 
-Two kinds of arrays use it (:class:`CacheKind`): Megatron mode's indices (:data:`MEGATRON`)
-and the packing plans of packed and padded modes (:data:`PACKING`). The files of a kind are
-``{H}-streamload-{kind}-{array}.npy`` plus ``{H}-streamload-{kind}-description.json``, where
-``H`` is the sha256 of the description (every input of the arrays: for Megatron the data
-fingerprints, split, samples, seq_len, seed and flags; for a packing plan the source's files,
-seq_len and the packing rule). Each array is written under a temporary name and renamed; the
-description is written last, so its presence means the set is complete. It also records each
-array (:mod:`streamload.streams.array_record`). Two jobs sharing the folder write identical
-bytes under identical names, so a race only costs a duplicate build.
+Each kind of arrays (:class:`CacheKind`: Megatron indices, packing and piece plans, the shard
+catalog) has files ``{H}-streamload-{kind}-{array}.npy`` and ``…-description.json``, ``H``
+the sha256 of the description (every input of the arrays). Arrays are written under a
+temporary name and renamed; the description, which records each array
+(:mod:`streamload.util.array_record`), last, so its presence means the set is complete. Two
+jobs sharing the folder write identical bytes under identical names.
 
 Every load checks each file's size and ``.npy`` header against the record (O(1)), and its
 sha256 only when its stat differs from the recorded one (a copied, restored or edited file).
 A matching digest records the new stat, so the next load is O(1) again. A set that fails a
-check is rebuilt with a warning naming the file and what did not match; nothing unchecked is
-ever mapped.
+check (or its caller's ``check``) is rebuilt with a warning naming what did not match.
 
 Who builds: with ``torch.distributed`` initialized and ``rank_zero_builds`` (Megatron's way),
 rank 0 builds and the others wait on a barrier (a rank 0 that fails still reaches it, so the
@@ -28,9 +24,7 @@ naming no owner (empty or torn: its builder died between creating and writing it
 files that killed writers left in the folder (:func:`streamload.util.files.remove_stale_temps`:
 only those whose writer is provably gone).
 
-megatron-core's own cache files are read by :mod:`streamload.modes.megatron.core_cache`,
-with the same checks.
-
+megatron-core's own cache files are read by :mod:`streamload.modes.megatron.core_cache`.
 ``cache_dir`` that is a file, or that cannot be made or written when indices must be saved, is
 a :class:`~streamload.errors.ConfigError` naming it; a complete, sound cache in a read-only
 folder is read (as megatron-core does; new stats cannot be recorded there, so a copied cache
@@ -55,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import ConfigError
-from streamload.streams.array_record import (
+from streamload.util.array_record import (
     RECORD_FIELDS,
     Arrays,
     Files,
@@ -67,6 +61,7 @@ from streamload.util.files import atomic_output, remove_stale_temps, write_atomi
 
 __all__ = [
     "LOCK_GRACE_SECONDS",
+    "CacheUnwritable",
     "MEGATRON",
     "PACKING",
     "WAIT_SECONDS",
@@ -138,8 +133,12 @@ def cache_folder(cache_dir: str, kind: CacheKind = MEGATRON) -> Path:
     return folder
 
 
+class CacheUnwritable(ConfigError):
+    """The folder cannot be written: a caller for whom the cache is a speed-up goes on."""
+
+
 def _unwritable(folder: Path, exc: OSError, kind: CacheKind) -> ConfigError:
-    return ConfigError(
+    return CacheUnwritable(
         f"sampling.cache_dir = '{folder}': cannot write {kind.what} there "
         f"({exc.strerror or exc}); expected a writable folder: fix its permissions or point "
         "cache_dir elsewhere"
@@ -152,6 +151,7 @@ def load_or_build(
     build: Callable[[], Arrays],
     kind: CacheKind = MEGATRON,
     rank_zero_builds: bool = True,
+    check: Callable[[Arrays], str | None] | None = None,
 ) -> tuple[Arrays, Files | None]:
     """The arrays for ``description``: from the cache, or built (and cached) once.
 
@@ -162,6 +162,9 @@ def load_or_build(
         kind: What the arrays are (file names, logger, messages).
         rank_zero_builds: With ``torch.distributed`` initialized, rank 0 builds behind a
             barrier; ``False``: the lock file alone decides, one builder per folder.
+        check: Whether a sound cached set still describes its inputs (``None``: yes, else
+            what changed, in words): a set it refuses is rebuilt after a warning on the
+            kind's logger (the catalog's data listings, :mod:`streamload.catalog.store`).
 
     Returns:
         The arrays (memory maps when cached) and the files they were mapped from
@@ -172,7 +175,7 @@ def load_or_build(
     """
     if cache_dir is None:
         return build(), None
-    entry = _Entry(cache_folder(cache_dir, kind), cache_key(description), kind)
+    entry = _Entry(cache_folder(cache_dir, kind), cache_key(description), kind, check)
     distributed = _distributed() if rank_zero_builds else None
     if distributed is None:
         return entry.open() or _build_once(entry, description, build)
@@ -186,6 +189,7 @@ class _Entry:
     folder: Path
     key: str
     kind: CacheKind
+    check: Callable[[Arrays], str | None] | None = None
 
     @property
     def description(self) -> Path:
@@ -361,6 +365,12 @@ def _open_own(entry: _Entry) -> tuple[Arrays, Files] | None:
         _unsound(entry, checked)
         return None
     arrays, restamp = checked
+    if entry.check is not None and (stale := entry.check(arrays)) is not None:
+        with contextlib.suppress(OSError):  # so that waiting processes wait for the rebuild
+            done.unlink()
+        entry.kind.log.warning("streamload: %s in %s is out of date: %s; building it again",
+                               entry.kind.what, entry.folder, stale)  # fmt: skip
+        return None
     if restamp:  # verified by digest: record the new stats so the next load is O(1)
         body["arrays"] = {name: record[name] | restamp.get(name, {}) for name in record}
         with contextlib.suppress(OSError):  # a read-only folder: check the digests each time
