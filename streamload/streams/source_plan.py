@@ -28,7 +28,7 @@ from streamload.errors import ConfigError
 from streamload.formats.base import ShardInfo
 from streamload.streams.index_cache import CacheKind, load_or_build
 
-__all__ = ["files_description", "load_source_plan"]
+__all__ = ["files_description", "load_source_plan", "shard_identity"]
 
 Arrays = dict[str, np.ndarray]
 
@@ -38,7 +38,7 @@ def files_description(config: DataConfig, catalog: SourceCatalog) -> dict[str, A
     documents where some file has no document index (else ``None``)."""
     digest = hashlib.sha256()
     for info in catalog.shards:
-        digest.update((json.dumps(_shard_identity(info)) + "\n").encode())
+        digest.update((json.dumps(shard_identity(info)) + "\n").encode())
     eos_matters = not all(info.index_path for info in catalog.shards)
     return {
         "eos_token_id": config.eos_token_id if eos_matters else None,
@@ -48,7 +48,7 @@ def files_description(config: DataConfig, catalog: SourceCatalog) -> dict[str, A
     }
 
 
-def _shard_identity(info: ShardInfo) -> list[Any]:
+def shard_identity(info: ShardInfo) -> list[Any]:
     """What names one shard's content: path, bytes, tokens, dtype, format, and the listed
     versions of the token file and of the files beside it that share its stem (its index)."""
     companions = sorted(info.companions.items())
