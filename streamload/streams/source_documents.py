@@ -17,7 +17,8 @@ Both are keyed by the shards' identity (path, bytes, tokens, dtype, format and t
 versions of the token file and its companions, as the packing plans are), so a changed
 shard is read again. Trace, two Dolma shards of 3 and 4 tokens with documents ``[0, 2, 3)``
 and ``[0, 1, 4)``: a window at stream offset 1 of width 4 touches both shards and gets
-document starts ``[F, T, F, T]`` (token 2 of the first shard, token 0 of the second).
+document starts ``[F, T, T, T]`` (token 2 of the first shard, tokens 0 and 1 of the
+second).
 """
 
 from __future__ import annotations
@@ -117,6 +118,7 @@ class ShardDocuments:
         self.folder: str | None = document_folder(config)
         self._kept: OrderedDict[int, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
+        self._pid = os.getpid()  # a forked child gets a fresh lock (its parent's may be held)
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -127,6 +129,7 @@ class ShardDocuments:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def bounds(self, sid: int) -> np.ndarray:
         """Token offsets (inside the shard, int64 ``[d + 1]``) of shard ``sid``'s documents.
@@ -135,6 +138,8 @@ class ShardDocuments:
             FormatError: the shard's format records no documents.
             RemoteReadError: its index cannot be read.
         """
+        if self._pid != os.getpid():  # forked: the maps are valid, a lock may be held
+            self._lock, self._pid = threading.Lock(), os.getpid()
         with self._lock:
             kept = self._kept.get(sid)
             if kept is not None:
@@ -150,8 +155,8 @@ class ShardDocuments:
 
     def _load(self, sid: int) -> np.ndarray:
         info = self.shards.shards[sid]
-        if info.num_tokens < CACHED_TOKENS or not info.version:  # unversioned: see below
-            return self._read(sid)
+        if info.num_tokens < CACHED_TOKENS or not info.version:
+            return self._read(sid)  # unversioned: a same-size replacement looks the same
         description = {"shard": shard_identity(info)}
         found, self.folder = cached_bounds(
             self.folder, description, lambda: self._read(sid), info.path

@@ -298,3 +298,21 @@ def test_packed_plans_of_two_lengths_read_the_documents_once(
     assert len(first) > 0 and len(other) > 0
     again = batches(base)
     assert all(torch.equal(a[k], b[k]) for a, b in zip(again, first, strict=True) for k in a)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_process_workers_map_the_bounds_the_first_reader_cached(
+    tmp_path: Path, context: str, cache_every_shard: None
+) -> None:
+    """Forked workers inherit the lowered threshold and map the cached files; spawned ones
+    read small shards from the format: the batches are the same."""
+    docs = make_documents(seed=31, count=200)
+    write_source(tmp_path / "data", "dolma", docs)
+    cfg = config(tmp_path / "data", "dolma")
+    expected = batches(cfg)
+    options = streamload.LoaderOptions(worker_type="process", multiprocessing_context=context)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "each pass")
+        got = list(streamload.build_loader(cfg, batch_size=4, num_workers=2, options=options))
+    assert len(got) == len(expected)
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(got, expected, strict=True) for k in b)
