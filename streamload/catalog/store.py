@@ -43,8 +43,9 @@ from streamload.util.index_cache import CacheKind, CacheUnwritable, load_or_buil
 
 __all__ = ["CATALOG", "SCHEMA", "Identity", "catalog_description", "cached_table"]
 
-SCHEMA = "streamload-catalog-4"
-"""Version of the entry layout (4: one entry per source configuration, checked by listings)."""
+SCHEMA = "streamload-catalog-5"
+"""Version of the entry layout (4: one entry per source configuration, checked by listings;
+5: the files digest and indexed flag in the facts)."""
 CATALOG = CacheKind("catalog", "the shard catalog")
 _LOG = logging.getLogger("streamload.catalog")
 _WARNED: set[str] = set()
@@ -123,6 +124,10 @@ def cached_table(
         return _arrays(shards, identity)
 
     def check(found: dict[str, np.ndarray]) -> str | None:
+        try:
+            _facts(found)
+        except (ValueError, TypeError, KeyError) as exc:  # sound files, torn or edited JSON
+            return f"its header does not parse ({exc})"
         return None if storage.trust_catalog else stale_reason(fs, found)
 
     root = catalog_folder(storage)
@@ -210,11 +215,13 @@ def stale_reason(fs: Any, found: dict[str, np.ndarray]) -> str | None:
     return None
 
 
+def _facts(found: dict[str, np.ndarray]) -> TableFacts:
+    fields = _header(found)["facts"]
+    return TableFacts(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+
+
 def _table(found: dict[str, np.ndarray], files: dict[str, str], handle: Any) -> ShardTable:
-    header = _header(found)
-    facts = TableFacts(
-        **{k: tuple(v) if isinstance(v, list) else v for k, v in header["facts"].items()}
-    )
+    facts = _facts(found)
     ends, blob = found["record_ends"], found["records"]
 
     def decode(index: int) -> ShardInfo:

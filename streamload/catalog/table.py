@@ -25,7 +25,15 @@ from streamload.errors import FormatError
 from streamload.formats.base import ShardInfo
 from streamload.remote.handle import StorageHandle
 
-__all__ = ["RECORD_FIELDS", "ShardTable", "TableFacts", "fingerprint_of", "record_of"]
+__all__ = [
+    "RECORD_FIELDS",
+    "ShardTable",
+    "TableFacts",
+    "files_digest",
+    "fingerprint_of",
+    "record_of",
+    "shard_identity",
+]
 
 RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(ShardInfo) if f.name != "storage")
 """What a shard's record keeps: all it was described with but its storage handle (one per
@@ -36,6 +44,24 @@ def record_of(info: ShardInfo) -> bytes:
     """A shard's record: its fields as compact JSON (UTF-8)."""
     fields = {name: getattr(info, name) for name in RECORD_FIELDS}
     return json.dumps(fields, separators=(",", ":")).encode()
+
+
+def shard_identity(info: ShardInfo) -> list[Any]:
+    """What names one shard's content: path, bytes, tokens, dtype, format, and the listed
+    versions of the token file and of the files beside it that share its stem (its index):
+    the part of a plan's or document cache's key for that shard."""
+    companions = sorted(info.companions.items())
+    return [info.path, info.size, info.num_tokens, info.dtype, info.format, info.version,
+            companions]  # fmt: skip
+
+
+def files_digest(shards: Sequence[ShardInfo]) -> str:
+    """sha256 over :func:`shard_identity` of every shard, in order (a plan's key names its
+    source's files by it)."""
+    digest = hashlib.sha256()
+    for info in shards:
+        digest.update((json.dumps(shard_identity(info)) + "\n").encode())
+    return digest.hexdigest()
 
 
 def fingerprint_of(shards: Sequence[ShardInfo]) -> str:
@@ -60,6 +86,8 @@ class TableFacts:
         formats: Each format name, in first-seen order.
         masked: How many shards have a loss mask.
         versioned: Whether every shard has a listed version.
+        indexed: Whether every shard has a document index file.
+        files_sha256: :func:`files_digest` of the shards.
     """
 
     fingerprint: str
@@ -67,6 +95,8 @@ class TableFacts:
     formats: tuple[str, ...]
     masked: int
     versioned: bool
+    indexed: bool
+    files_sha256: str
 
     @classmethod
     def of(cls, shards: Sequence[ShardInfo]) -> TableFacts:
@@ -77,6 +107,8 @@ class TableFacts:
             formats=tuple(dict.fromkeys(s.format for s in shards)),
             masked=sum(s.loss_mask is not None for s in shards),
             versioned=all(s.version for s in shards),
+            indexed=all(s.index_path for s in shards),
+            files_sha256=files_digest(shards),
         )
 
 

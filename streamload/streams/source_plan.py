@@ -13,8 +13,6 @@ per folder builds, the others wait and map its files (:mod:`streamload.util.inde
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import warnings
 from collections.abc import Callable
@@ -23,37 +21,28 @@ from typing import Any
 import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
+from streamload.catalog.table import shard_identity
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
-from streamload.formats.base import ShardInfo
 from streamload.util.index_cache import CacheKind, load_or_build
 
-__all__ = ["files_description", "load_source_plan"]
+__all__ = ["files_description", "load_source_plan", "shard_identity"]
+# shard_identity lives with the catalog's facts (computed once per description); named here too
 
 Arrays = dict[str, np.ndarray]
 
 
 def files_description(config: DataConfig, catalog: SourceCatalog) -> dict[str, Any]:
     """The part of a plan's cache key that names the source's files, and the EOS that finds
-    documents where some file has no document index (else ``None``)."""
-    digest = hashlib.sha256()
-    for info in catalog.shards:
-        digest.update((json.dumps(_shard_identity(info)) + "\n").encode())
-    eos_matters = not all(info.index_path for info in catalog.shards)
+    documents where some file has no document index (else ``None``): from the catalog's
+    facts, computed once when the shards were described."""
+    facts = catalog.shards.facts
     return {
-        "eos_token_id": config.eos_token_id if eos_matters else None,
+        "eos_token_id": None if facts.indexed else config.eos_token_id,
         "source": catalog.config.name,
         "shards": len(catalog.shards),
-        "files_sha256": digest.hexdigest(),
+        "files_sha256": facts.files_sha256,
     }
-
-
-def _shard_identity(info: ShardInfo) -> list[Any]:
-    """What names one shard's content: path, bytes, tokens, dtype, format, and the listed
-    versions of the token file and of the files beside it that share its stem (its index)."""
-    companions = sorted(info.companions.items())
-    return [info.path, info.size, info.num_tokens, info.dtype, info.format, info.version,
-            companions]  # fmt: skip
 
 
 def load_source_plan(
@@ -82,7 +71,11 @@ def load_source_plan(
             raise
 
     name = catalog.config.name
-    unversioned = [info.path for info in catalog.shards if not info.version]
+    unversioned = (
+        []
+        if catalog.shards.facts.versioned
+        else [info.path for info in catalog.shards if not info.version]
+    )
     if unversioned:
         warnings.warn(
             f"streamload: {kind.what} of source {name!r} is not cached: {unversioned[0]} has "

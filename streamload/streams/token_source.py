@@ -18,6 +18,7 @@ from streamload.formats.registry import get_format
 from streamload.plan.passes import PassPlan
 from streamload.plan.windows import WindowLayout
 from streamload.streams.shard_set import ShardSet, loss_mask_set
+from streamload.streams.source_documents import ShardDocuments
 from streamload.streams.source_split import source_split
 
 __all__ = ["ConcatSource", "TokenSource"]
@@ -59,6 +60,7 @@ class TokenSource:
         self.seq_len = config.seq_len
         self.shards = ShardSet(catalog.shards, config.storage)
         self.loss_masks = loss_mask_set(catalog.shards, config.storage)
+        self.documents = ShardDocuments(config, self.shards)  # read when a chunk needs them
 
     @property
     def num_windows(self) -> int:
@@ -116,8 +118,9 @@ class TokenSource:
         return start + position
 
     def document_starts(self, starts: np.ndarray) -> np.ndarray:
-        """Document starts ``[n, seq_len + 1]`` from the format's index."""
-        return self.shards.document_starts(starts, self.seq_len + 1)
+        """Document starts ``[n, seq_len + 1]`` of the windows at stream offsets ``starts``,
+        from the indexes of the shards they touch (:class:`ShardDocuments`)."""
+        return self.documents.starts(starts, self.seq_len + 1)
 
     def check_tokens(self, tokens: np.ndarray, starts: np.ndarray) -> None:
         """Raise if a token id is negative or ``>= vocab_size`` (one pass over the block);
