@@ -20,7 +20,9 @@ from collections.abc import Iterator
 import numpy as np
 
 # The rule itself (one definition of the allocation, shared with the walk of the loader).
-from streamload.plan.mixture import Phase, _Rule, _rule
+from streamload.plan._mixture_rule import ExactRule as _Rule
+from streamload.plan._mixture_rule import exact_rule as _rule
+from streamload.plan.mixture import Phase
 
 __all__ = ["count_blocks"]
 

@@ -21,6 +21,7 @@ World size, workers and prefetch only decide who reads a sample and when.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -215,16 +216,29 @@ class SourceStream:
         """Allocate steps (rows of ``global_batch``), cut before the first one a source's
         policy forbids."""
         sources, local, _ = allocate_batches(self.phases, global_batch, mixture, count)
-        for index, source in enumerate(self.sources):
-            limit = source.limit
-            if limit is None:
-                continue
-            over = np.flatnonzero(((sources == index) & (local >= limit)).any(axis=1))
-            if over.size:
-                sources, local = sources[: over[0]], local[: over[0]]
-                if over[0] == 0:
-                    self.ended_by = self._policy_end(source, limit, f"step {mixture.step}")
+        limits = self._limits
+        if limits is None:
+            return sources, local
+        over = local >= limits[sources]
+        rows = np.flatnonzero(over.any(axis=1))
+        if rows.size:
+            if rows[0] == 0:  # nothing left: the lowest source over its limit names the end
+                source = self.sources[int(sources[0][over[0]].min())]
+                limit = source.limit
+                assert limit is not None  # its limit was exceeded
+                self.ended_by = self._policy_end(source, limit, f"step {mixture.step}")
+            sources, local = sources[: rows[0]], local[: rows[0]]
         return sources, local
+
+    @functools.cached_property
+    def _limits(self) -> np.ndarray | None:
+        """int64 ``[S]``: samples each source may give (int64 max: endless); ``None`` when no
+        source has a policy limit."""
+        limits = [s.limit for s in self.sources]
+        if all(limit is None for limit in limits):
+            return None
+        endless = np.iinfo(np.int64).max
+        return np.array([endless if x is None else x for x in limits], dtype=np.int64)
 
     @staticmethod
     def _policy_end(source: TokenSource, limit: int, where: str) -> str:
