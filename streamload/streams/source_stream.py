@@ -255,7 +255,9 @@ class SourceStream:
     def locate(self, pass_index: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, source-local index) of pass-relative sample ids (any shape).
 
-        O(1) per sample for one source; a mixture replays its per-batch counts from the start.
+        O(1) per sample for one source; a mixture walks its per-batch counts from the start to
+        the first batch asked for (counts only, bounded memory), then allocates the batches
+        from there to the last.
         """
         ids = np.asarray(samples, dtype=np.int64)
         length = self.pass_length
@@ -265,11 +267,18 @@ class SourceStream:
             return np.zeros(ids.shape, np.int16), self._single_local(pass_index, ids)
         batch = self.config.global_batch_size
         assert batch is not None  # guaranteed by DataConfig for mixtures
-        rows = int(ids.max()) // batch + 1 if ids.size else 0
-        sources, local = self._allocate(MixtureCursor.start(len(self.sources)), rows, batch)
-        flat = ids.ravel()
-        if flat.size and flat.max() >= sources.size:
-            raise IndexError(f"sample {int(flat.max())} lies after the end of the stream")
+        if not ids.size:
+            return np.zeros(ids.shape, np.int16), np.zeros(ids.shape, np.int64)
+        first, rows = int(ids.min()) // batch, int(ids.max()) // batch + 1
+        start = advance_cursor(self.phases, batch, MixtureCursor.start(len(self.sources)), first)
+        limits = self._limits
+        if limits is not None and (np.array(start.drawn) > limits).any():
+            sources = local = np.zeros((0, batch), np.int64)  # a policy ended it before
+        else:
+            sources, local = self._allocate(start, rows - first, batch)
+        flat = ids.ravel() - first * batch
+        if flat.max() >= sources.size:
+            raise IndexError(f"sample {int(ids.max())} lies after the end of the stream")
         return sources.ravel()[flat].reshape(ids.shape), local.ravel()[flat].reshape(ids.shape)
 
     def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
