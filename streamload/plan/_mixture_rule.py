@@ -122,10 +122,9 @@ class PhaseWalk:
     def skip(self, count: int, chunk: int = 4096) -> None:
         """Walk ``count`` batches keeping only the counts (bounded memory)."""
         if not self.vector and self.rule.extra > 0 and self.columns.size:
-            before = self.since[self.columns] + self.floors[self.columns]
-            _, after = self._python_choices(before.tolist(), count, keep=False)
+            _, extras = self._python_choices(self.since[self.columns].tolist(), count, keep=False)
             self.since += count * self.floors
-            self.since[self.columns] = np.array(after, dtype=np.int64) - self.floors[self.columns]
+            self.since[self.columns] += np.array(extras, dtype=np.int64)
             return
         for first in range(0, count, chunk):
             n = min(chunk, count - first)
@@ -140,19 +139,20 @@ class PhaseWalk:
         if self.rule.extra == 0 or not self.columns.size:  # every batch the same
             self.samples += count * self.rule.global_batch
             return out
+        if not self.vector:
+            chosen, _ = self._python_choices(self.since[self.columns].tolist(), count)
+            out[np.repeat(np.arange(count), self.rule.extra), chosen] = 1
+            return out
         # Candidates' since + floor before each batch: the exact integers of the keys.
         drawn = self.since[self.columns] + self.floors[self.columns]
-        if not self.vector:
-            for row, chosen in enumerate(self._python_choices(drawn.tolist(), count)[0]):
-                out[row, chosen] = 1
-            return out
         floors = self.floors[self.columns]
         for row in range(count):
             t = self.samples + self.rule.global_batch
             if t < _FLOAT_EXACT and int(drawn.max()) < _FLOAT_EXACT:
                 chosen = self._vector_choice(drawn, t)
             else:  # beyond exact floats: the rule itself (it advances samples to t)
-                chosen = np.array(self._python_choices(drawn.tolist(), 1)[0][0], dtype=np.int64)
+                since = (drawn - floors).tolist()
+                chosen = np.array(self._python_choices(since, 1)[0], dtype=np.int64)
             out[row, chosen] = 1
             drawn[chosen] += 1
             drawn += floors
@@ -160,29 +160,35 @@ class PhaseWalk:
         return out
 
     def _python_choices(
-        self, drawn: list[int], count: int, keep: bool = True
-    ) -> tuple[list[list[int]], list[int]]:
-        """Positions (among candidates) of the extras of the next ``count`` batches (none
-        kept unless ``keep``), by the rule in plain Python integers (:meth:`ExactRule.counts`),
-        and each candidate's since + floor after them (``drawn``: before the first)."""
+        self, since: list[int], count: int, keep: bool = True
+    ) -> tuple[list[int], list[int]]:
+        """The rule's decisions (:meth:`ExactRule.counts`) in plain Python integers, for the
+        next ``count`` batches from ``since`` (each candidate's count since the phase began):
+        the positions (among candidates) given an extra, batch after batch, ``extra`` each
+        (none kept unless ``keep``), and each candidate's extras in all. Advances ``samples``.
+
+        Batch ``k`` (from 1) ranks candidate ``j`` by its key ``A_j + total·x_j − k·r_j``:
+        ``x_j`` its extras so far, ``r_j = n_j·B − total·floor_j`` and ``A_j = total·since_j −
+        n_j·samples`` (the key of :meth:`ExactRule.counts` rewritten), so a batch updates only
+        the candidates it gives an extra.
+        """
         rule = self.rule
         total, extra, big = rule.total, rule.extra, rule.global_batch
         nums = [rule.nums[i] for i in rule.candidates]
-        floors = [rule.floors[i] for i in rule.candidates]
-        positions = range(len(drawn))
-        out = []
-        t = self.samples
-        for _ in range(count):
-            t += big
-            # total times the deficit, negated: ascending is largest first, stable: lowest
-            chosen = sorted(positions, key=lambda j: total * drawn[j] - nums[j] * t)[:extra]
+        rests = [nums[j] * big - total * rule.floors[i] for j, i in enumerate(rule.candidates)]
+        start = [total * s - n * self.samples for s, n in zip(since, nums, strict=True)]
+        keys = list(start)
+        positions = range(len(since))
+        out: list[int] = []
+        for k in range(1, count + 1):
+            # Ascending key is the largest deficit first; sorted is stable: lowest index first.
+            chosen = sorted(positions, key=lambda j: keys[j] - k * rests[j])[:extra]
             for j in chosen:
-                drawn[j] += 1
-            drawn = [d + f for d, f in zip(drawn, floors, strict=True)]
+                keys[j] += total
             if keep:
-                out.append(chosen)
-        self.samples = t
-        return out, drawn
+                out += chosen
+        self.samples += count * big
+        return out, [(key - a) // total for key, a in zip(keys, start, strict=True)]
 
     def _vector_choice(self, drawn: np.ndarray, t: int) -> np.ndarray:
         """Positions (among candidates) of the extras of the batch ending at ``t`` (module
