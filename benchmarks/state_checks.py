@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gc
 import json
 import sys
 import time
@@ -125,15 +126,21 @@ def loaded_after(config: dict[str, Any], batch_size: int, steps: int) -> Any:
 
 def time_load(config: dict[str, Any], batch_size: int, state: dict[str, Any]) -> float:
     loader = streamload.build_loader(config, batch_size=batch_size)
+    gc.collect()  # not the garbage of the runs before (the old walk's lists) inside the load
     start = time.perf_counter()
     loader.load_state_dict(state)
     return time.perf_counter() - start
 
 
-def timed(fn: Any) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def timed(fn: Any, calls: int = 1) -> float:
+    """Median seconds of ``calls`` calls of ``fn``."""
+    gc.collect()
+    seconds = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return median(seconds)
 
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -163,9 +170,9 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                     runs.setdefault(("before", *key), []).append(
                         timed(lambda o=old, s=start, n=steps: o.walk(big, s, n))
                     )
-                new = timed(lambda p=phases, c=cursor: allocate_batches(p, big, c, count))
+                new = timed(lambda p=phases, c=cursor: allocate_batches(p, big, c, count), 9)
                 runs.setdefault(("assign_after", *key), []).append(new / count)
-                before = timed(lambda o=old, c=cursor: o.allocate(big, c, count))
+                before = timed(lambda o=old, c=cursor: o.allocate(big, c, count), 9)
                 runs.setdefault(("assign_before", *key), []).append(before / count)
                 print(f"[{rep + 1}/{args.repeats}] {sources} sources {steps:.0e}: load "
                       f"{runs[('after', *key)][-1]:.4f} s", file=sys.stderr)  # fmt: skip
@@ -242,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"~ = extrapolated linearly from the largest position timed (--before-max "
         f"{args.before_max:.0e} sources x batches).",
         f"assignment = allocate_batches of {args.assign_batches} global batches from the saved "
-        "position (counts, interleaving and source-local ids), new vs the old walk + placement.",
+        "position (counts, interleaving and source-local ids), new vs the old walk + placement; "
+        "median of 9 calls per repeat. Garbage is collected before each timing.",
     ]
     emit(args, "State checks: a mixture's load_state_dict, state size and batch assignment, "
          "before and after issue 31 item 5", rows, COLUMNS, notes)  # fmt: skip

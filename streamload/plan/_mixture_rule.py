@@ -140,8 +140,8 @@ class PhaseWalk:
             self.samples += count * self.rule.global_batch
             return out
         if not self.vector:
-            chosen, _ = self._python_choices(self.since[self.columns].tolist(), count)
-            out[np.repeat(np.arange(count), self.rule.extra), chosen] = 1
+            flat, _ = self._python_choices(self.since[self.columns].tolist(), count)
+            out[np.repeat(np.arange(count), self.rule.extra), flat] = 1
             return out
         # Candidates' since + floor before each batch: the exact integers of the keys.
         drawn = self.since[self.columns] + self.floors[self.columns]

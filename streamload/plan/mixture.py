@@ -31,8 +31,14 @@ Derivable position: the whole cursor (per-source counts, phase start and its cou
 pure function of the phases, the number of global batches ``step`` and the global batch
 size used for each of them. The cursor carries the latter as ``batch_sizes``, pairs
 ``(first step, B)`` starting at step 0 (one pair unless a run was resumed with another
-global batch size), so :func:`replay_cursor` recomputes the cursor from ``step`` alone
-(about a microsecond per step) and a loaded state can be checked field by field.
+global batch size), so :func:`replay_cursor` recomputes the cursor from ``step`` alone and a
+loaded state can be checked field by field. The rule has no closed form (which sources lead
+depends on the whole history: a source's deficit can exceed one sample), so a replay is
+O(step): the walk is vectorized (:mod:`streamload.plan._mixture_rule`: numpy over many
+sources, about 40 µs a batch at 1,000 sources; plain Python over a few, about 0.5 µs a source),
+and a long position is checked instead against :func:`cursor_bounds`, in O(sources): its
+phase start exactly, the samples before and since it exactly, each count between the sums
+of its floors and ceilings.
 """
 
 from __future__ import annotations
