@@ -119,7 +119,7 @@ class PhaseWalk:
         self.since += rows.sum(axis=0)
         return rows
 
-    def skip(self, count: int, chunk: int = 4096) -> None:
+    def skip(self, count: int, chunk: int = 1024) -> None:
         """Walk ``count`` batches keeping only the counts (bounded memory)."""
         if not self.vector and self.rule.extra > 0 and self.columns.size:
             _, extras = self._python_choices(self.since[self.columns].tolist(), count, keep=False)
