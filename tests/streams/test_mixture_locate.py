@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from streamload import SampleStream
+from streamload import SampleStream, build_loader
 from streamload import load_config as load
 from streamload.plan.mixture import MixtureCursor, allocate_batches
+from streamload.testing import assert_resumes_exactly
 from tests.test_mixture_loader import SCHEDULE, SIZES, WEIGHTS, mixture, write_sources
 
 pytestmark = pytest.mark.filterwarnings("ignore:each pass of", "ignore:the stream ended")
@@ -48,3 +49,29 @@ def test_locate_anywhere_equals_the_allocation_from_the_start(
         with pytest.raises(IndexError, match="after the end of the stream"):
             stream.locate(0, np.array([delivered + big]))
     assert stream.locate(0, np.zeros(0, np.int64))[0].shape == (0,)
+
+
+@pytest.mark.parametrize("replayed", [True, False], ids=["replayed", "bounds"])
+def test_a_mixture_of_many_sources_resumes_exactly(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, replayed: bool
+) -> None:
+    """80 sources (the numpy walk) under a schedule, num_samples set: every state resumes onto
+    exactly the uninterrupted batches, whether its position is replayed or checked against its
+    bounds at load."""
+    import streamload.streams.cursor as cursor_module
+
+    names = [f"s{i}" for i in range(80)]
+    root = tmp_path_factory.mktemp("many")
+    paths = write_sources(root, {n: [40 + 3 * i] for i, n in enumerate(names)})
+    rng = np.random.default_rng(5)
+    weights = {n: float(w) for n, w in zip(names, rng.random(80) + 0.05, strict=True)}
+    later = {n: float(w) for n, w in zip(names, rng.random(80), strict=True)}
+    cfg = mixture(
+        paths,
+        weights,
+        [{"start_step": 4, "weights": later}],
+        big=96,
+        sampling={"num_samples": 96 * 9},
+    )
+    monkeypatch.setattr(cursor_module, "MAX_REPLAYED", 1 << 40 if replayed else 0)
+    assert_resumes_exactly(lambda: build_loader(cfg, batch_size=96), max_state_bytes=None)
