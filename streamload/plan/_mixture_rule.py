@@ -69,6 +69,13 @@ class ExactRule:
                 counts[i] += 1
         return counts
 
+    @functools.cached_property
+    def candidate_weights(self) -> tuple[list[int], np.ndarray]:
+        """The candidates' ``nums`` and their weights ``nums / total`` as float64, each
+        correctly rounded (Python's int division), computed once per rule."""
+        nums = [self.nums[i] for i in self.candidates]
+        return nums, np.array([n / self.total for n in nums], dtype=np.float64)
+
 
 @functools.lru_cache(maxsize=256)
 def exact_rule(weights: tuple[float, ...], global_batch: int) -> ExactRule:
@@ -109,8 +116,7 @@ class PhaseWalk:
         least = VECTOR_MIN_CANDIDATES if vector_from is None else vector_from
         self.vector = rule.extra > 0 and len(rule.candidates) >= least
         if self.vector:
-            self.nums = [rule.nums[i] for i in rule.candidates]
-            self.weights = np.array([n / rule.total for n in self.nums])  # correctly rounded
+            self.nums, self.weights = rule.candidate_weights
 
     def block(self, count: int) -> np.ndarray:
         """int64 ``[count, S]``: the samples per source of the next ``count`` batches."""
