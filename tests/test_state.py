@@ -223,21 +223,39 @@ def test_an_endless_mixture_refuses_a_cursor_beyond_int64(mix: dict[str, Any]) -
         loader_of(mix, 12).load_state_dict(state)
 
 
-def test_a_mixture_beyond_the_checked_steps_loads_with_the_override(
-    mix: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+LONG_MIXTURE_EDITS: list[tuple[str, Change, str]] = [
+    ("source-plus-one", adder("sources.c.samples", 1), r"sources.*sum to 25.*allocate 24"),
+    (
+        "samples-moved-beyond-the-ceilings",
+        lambda s: (adder("sources.a.samples", 5)(s), adder("sources.b.samples", -5)(s)),
+        r"sources\.a\.samples = 4[0-9] gives 1[0-9] samples drawn since.*between 4 and 6",
+    ),
+    ("phase-step", setter("schedule.phase_step", 0), r"schedule\.phase_step = 0.*give 5"),
+    ("phase-drawn", adder("schedule.phase_drawn.b", 1), r"phase_drawn.*sum to 61.*allocate 60"),
+    ("step-plus-one", adder("cursor.step", 1), r"cursor\.step = 8.*"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "change", "match"), LONG_MIXTURE_EDITS, ids=[c[0] for c in LONG_MIXTURE_EDITS]
+)
+def test_a_long_mixture_position_is_checked_against_its_bounds(
+    mix: dict[str, Any], monkeypatch: pytest.MonkeyPatch, case: str, change: Change, match: str
 ) -> None:
-    """A run longer than the replay bound is refused with the way out named, and the
-    override loads it (the derived checks skipped) onto exactly the uninterrupted batches."""
+    """Beyond the replay bound (issue 31 item 5: O(sources) at any step) a state loads
+    without the override onto exactly the uninterrupted batches; edits that leave the bounds
+    every position of its step satisfies are refused."""
     import streamload.streams.cursor as cursor_module
 
     state = saved_after(mix, 12, 7)
-    monkeypatch.setattr(cursor_module, "MAX_CHECKED_STEPS", 5)
-    with pytest.raises(StateError, match=r"exceeds the 5 global batches.*ignore_fingerprint"):
-        loader_of(mix, 12).load_state_dict(state)
+    monkeypatch.setattr(cursor_module, "MAX_REPLAYED", 0)
     loader = loader_of(mix, 12)
-    loader.load_state_dict(state, ignore_fingerprint_mismatch=True)
+    loader.load_state_dict(copy.deepcopy(state))
     expected = [b for _, b in zip(range(10), loader_of(mix, 12), strict=False)][7:]
     assert_batches_equal(expected, [b for _, b in zip(range(3), loader, strict=False)])
+    change(state)
+    with pytest.raises(StateError, match=match):
+        loader_of(mix, 12).load_state_dict(state)
 
 
 def test_a_mixture_state_resumed_with_another_batch_size_is_checked_again(

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 import numpy as np
 
 # The rule itself (one definition of the allocation, shared with the walk of the loader).
-from streamload.plan.mixture import Phase, _Rule, _rule
+from streamload.plan._mixture_rule import ExactRule, exact_rule
+from streamload.plan.mixture import Phase
 
 __all__ = ["count_blocks"]
 
@@ -43,11 +44,11 @@ def count_blocks(
     for phase, end in zip(phases, ends, strict=True):
         count = min(end, steps) - min(phase.start_step, steps)
         if count > 0:
-            rule = _rule(phase.weights, global_batch)
+            rule = exact_rule(phase.weights, global_batch)
             yield from _phase_blocks(rule, count, block)
 
 
-def _phase_blocks(rule: _Rule, count: int, block: int) -> Iterator[np.ndarray]:
+def _phase_blocks(rule: ExactRule, count: int, block: int) -> Iterator[np.ndarray]:
     """:func:`count_blocks` of one phase, ``count`` batches from its start."""
     floors = np.array(rule.floors, dtype=np.int64)
     if rule.extra == 0 or not rule.candidates:  # every batch the same
@@ -68,7 +69,7 @@ def _phase_blocks(rule: _Rule, count: int, block: int) -> Iterator[np.ndarray]:
 class _ExtrasWalk:
     """The extras (0/1 per candidate source) of one phase's batches, batch after batch."""
 
-    def __init__(self, rule: _Rule, columns: np.ndarray) -> None:
+    def __init__(self, rule: ExactRule, columns: np.ndarray) -> None:
         self.rule, self.columns = rule, columns
         self.nums = np.array([rule.nums[i] for i in rule.candidates], dtype=object)
         self.floors = np.array([rule.floors[i] for i in rule.candidates], dtype=np.int64)
@@ -95,7 +96,7 @@ class _ExtrasWalk:
         return self._keep(actual)
 
     def _walk(self, n: int) -> np.ndarray:
-        """``n`` batches by the rule itself (:meth:`_Rule.counts`)."""
+        """``n`` batches by the rule itself (:meth:`ExactRule.counts`)."""
         since = [0] * len(self.rule.floors)
         for i, s in zip(self.rule.candidates, self.since.tolist(), strict=True):
             since[i] = s
@@ -123,7 +124,7 @@ class _ExtrasWalk:
         drawn = np.cumsum(guess + self.floors, axis=0) - (guess + self.floors)
         since = self.since + drawn
         total = (self.step + 1 + np.arange(len(guess), dtype=np.int64)) * self.rule.global_batch
-        # The rule's exact key (:meth:`_Rule.counts`): total·(drawn + floor) − num·t, smallest
+        # The rule's exact key (:meth:`ExactRule.counts`): total·(drawn + floor) − num·t, smallest
         # first (the largest deficit), ties to the lowest source (a stable sort); Python
         # integers, since num·t outgrows int64 for weights of 17 significant digits.
         drawn_now = (since + self.floors).astype(object) * self.rule.total

@@ -28,10 +28,12 @@ Example (``num_samples`` unset, 2 windows of 4 consumed in epoch 1)::
   source's count then, ``batch_sizes``: ``[first step, global batch size]`` of each run of
   equal sizes; inside a step, all at the step's start, and ``step_drawn``: each source's
   count then, while ``sources`` counts what was delivered). The per-source counts and
-  ``schedule`` are derived from ``cursor.step`` and ``batch_sizes`` (replayed,
-  :func:`streamload.plan.mixture.replay_cursor`) and checked on
-  load; a state saved before ``batch_sizes`` existed is taken to have used
-  ``global_batch_size`` throughout.
+  ``schedule`` are derived from ``cursor.step`` and ``batch_sizes`` and checked on load:
+  replayed (:func:`streamload.plan.mixture.replay_cursor`) while that is cheap, else against
+  the bounds every position of the step satisfies
+  (:func:`streamload.plan.mixture.cursor_bounds`, O(sources);
+  :data:`streamload.streams.cursor.MAX_REPLAYED`); a state saved before ``batch_sizes``
+  existed is taken to have used ``global_batch_size`` throughout.
 
 Loading rules (:func:`load_state`; every violation is a ``StateError`` naming the field, the
 value and the expectation, raised before the loader changes):
@@ -47,7 +49,8 @@ value and the expectation, raised before the loader changes):
   ``ignore_fingerprint_mismatch``; then the fields derived from the history (sources,
   schedule, tokens) are not checked, since they were made with other settings;
 * the position is one the stream can stand at: inside the pass, a later pass of a Megatron
-  stream only at 0, every derived field equal to its derivation.
+  stream only at 0, every derived field equal to its derivation (a long mixture position:
+  within its bounds).
 
 A loaded state is normalized once (plain ``int``) and echoed: ``state_dict()`` right after
 ``load_state_dict(s)`` returns ``s`` for a state this version saved.

@@ -12,7 +12,11 @@ the field, the value and what was expected):
   (a pass that holds no samples, like Megatron's passes after the first, only at 0), and
   for mixtures the per-source counts and the schedule position must equal what replaying
   ``step`` global batches of the recorded sizes gives
-  (:func:`streamload.plan.mixture.replay_cursor`).
+  (:func:`streamload.plan.mixture.replay_cursor`) while that replay is cheap
+  (:data:`MAX_REPLAYED`); beyond, they must lie within the bounds every such position
+  satisfies (:func:`streamload.plan.mixture.cursor_bounds`: the schedule position exactly, the
+  samples before and since the phase exactly, each count between the sums of its floors and
+  ceilings), so loading is O(sources) at any step.
 * A position inside an optimizer step (``grad_accum_steps > 1``; ``in_step``: samples of
   the step delivered and the step's size) lies inside its step, and that step inside the pass;
   a mixture's counts stand at the step's start. It continues only with the same step size, in
@@ -29,8 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from streamload.errors import StateError
-from streamload.plan.mixture import MixtureCursor, replay_cursor
+from streamload.plan.mixture import MixtureCursor, cursor_bounds, replay_cursor
 from streamload.streams._state_values import (
     MAX_STATE_INT,
     short_repr,
@@ -43,7 +49,7 @@ if TYPE_CHECKING:
     from streamload.streams.interface import SampleStream
 
 __all__ = [
-    "MAX_CHECKED_STEPS",
+    "MAX_REPLAYED",
     "MAX_STATE_INT",
     "CursorFields",
     "StreamCursor",
@@ -57,10 +63,11 @@ __all__ = [
     "state_mapping",
 ]
 
-MAX_CHECKED_STEPS = 1 << 24
-"""Global batches a mixture position is replayed over when loaded (about 1 µs each,
-``benchmarks/state_checks.py``); a state claiming more is refused rather than checked for
-minutes, unless the derived checks are skipped (``ignore_fingerprint_mismatch=True``)."""
+MAX_REPLAYED = 1 << 15
+"""Global batches × sources up to which a loaded mixture position is verified by replaying
+its allocation (:func:`streamload.plan.mixture.replay_cursor`: at most some 50 ms,
+``benchmarks/state_checks.py``); a longer one is checked against the bounds every position
+of its step satisfies (:func:`streamload.plan.mixture.cursor_bounds`), in O(sources)."""
 
 
 @dataclass(frozen=True)
@@ -273,13 +280,9 @@ def _check_mixture(
         )
     if not derive:
         return
-    if m.step > MAX_CHECKED_STEPS:
-        raise StateError(
-            f"state {fields.step} = {m.step} exceeds the {MAX_CHECKED_STEPS} global batches "
-            "a mixture position is checked for (a replay of ~1 µs each); if the run really "
-            "took that many steps, load it with ignore_fingerprint_mismatch=True, which skips "
-            "this check"
-        )
+    if m.step * len(names) > MAX_REPLAYED:
+        _check_mixture_bounds(stream, m, fields, sizes)
+        return
     want = replay_cursor(stream.phases, len(names), m.batch_sizes, m.step)
     found = [(fields.phase_step, m.phase_step, want.phase_step)]
     found += [(fields.drawn(i, n), m.drawn[i], want.drawn[i]) for i, n in enumerate(names)]
@@ -292,4 +295,41 @@ def _check_mixture(
             raise StateError(
                 f"state {label} = {value} disagrees with {fields.step} = {m.step} (global "
                 f"batch sizes {sizes}), which give {expected}; the state was edited or is corrupt"
+            )
+
+
+def _check_mixture_bounds(
+    stream: SampleStream, m: MixtureCursor, fields: CursorFields, sizes: list[list[int]]
+) -> None:
+    """The O(sources) check of a long mixture position (:data:`MAX_REPLAYED`)."""
+    names = [s.name for s in stream.sources]
+    bounds = cursor_bounds(stream.phases, len(names), m.batch_sizes, m.step)
+    given = f"{fields.step} = {m.step} (global batch sizes {sizes})"
+    if m.phase_step != bounds.phase_step:
+        raise StateError(
+            f"state {fields.phase_step} = {m.phase_step} disagrees with {given}, which give "
+            f"{bounds.phase_step}; the state was edited or is corrupt"
+        )
+    drawn, phase = np.array(m.drawn, dtype=np.int64), np.array(m.phase_drawn, dtype=np.int64)
+    checks = (
+        (fields.phase_drawn, phase, bounds.phase_low, bounds.phase_high, bounds.before, "before"),
+        (fields.drawn, drawn - phase, bounds.since_low, bounds.since_high, bounds.since, "since"),
+    )
+    for name_of, counts, low, high, samples, when in checks:
+        what = f"samples drawn {when} {fields.phase_step} = {m.phase_step}"
+        bad = np.flatnonzero((counts < low) | (counts > high))
+        if bad.size:
+            i = int(bad[0])
+            raise StateError(
+                f"state {name_of(i, names[i])} = {int(drawn[i] if when == 'since' else phase[i])}"
+                f" gives {int(counts[i])} {what} for source {names[i]!r}, but {given} give it "
+                f"between {int(low[i])} and {int(high[i])} (the floor or ceiling of its share "
+                "of each global batch); the state was edited or is corrupt"
+            )
+        if int(counts.sum()) != samples:
+            raise StateError(
+                f"state {name_of(0, names[0])} … {name_of(len(names) - 1, names[-1])}: the "
+                f"sources' {what} sum to "
+                f"{int(counts.sum())}, but {given} allocate {samples}; the state was edited or "
+                "is corrupt"
             )

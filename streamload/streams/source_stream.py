@@ -21,6 +21,7 @@ World size, workers and prefetch only decide who reads a sample and when.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -215,16 +216,29 @@ class SourceStream:
         """Allocate steps (rows of ``global_batch``), cut before the first one a source's
         policy forbids."""
         sources, local, _ = allocate_batches(self.phases, global_batch, mixture, count)
-        for index, source in enumerate(self.sources):
-            limit = source.limit
-            if limit is None:
-                continue
-            over = np.flatnonzero(((sources == index) & (local >= limit)).any(axis=1))
-            if over.size:
-                sources, local = sources[: over[0]], local[: over[0]]
-                if over[0] == 0:
-                    self.ended_by = self._policy_end(source, limit, f"step {mixture.step}")
+        limits = self._limits
+        if limits is None:
+            return sources, local
+        over = local >= limits[sources]
+        rows = np.flatnonzero(over.any(axis=1))
+        if rows.size:
+            if rows[0] == 0:  # nothing left: the lowest source over its limit names the end
+                source = self.sources[int(sources[0][over[0]].min())]
+                limit = source.limit
+                assert limit is not None  # its limit was exceeded
+                self.ended_by = self._policy_end(source, limit, f"step {mixture.step}")
+            sources, local = sources[: rows[0]], local[: rows[0]]
         return sources, local
+
+    @functools.cached_property
+    def _limits(self) -> np.ndarray | None:
+        """int64 ``[S]``: samples each source may give (int64 max: endless); ``None`` when no
+        source has a policy limit."""
+        limits = [s.limit for s in self.sources]
+        if all(limit is None for limit in limits):
+            return None
+        endless = np.iinfo(np.int64).max
+        return np.array([endless if x is None else x for x in limits], dtype=np.int64)
 
     @staticmethod
     def _policy_end(source: TokenSource, limit: int, where: str) -> str:
@@ -241,7 +255,9 @@ class SourceStream:
     def locate(self, pass_index: int, samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(source, source-local index) of pass-relative sample ids (any shape).
 
-        O(1) per sample for one source; a mixture replays its per-batch counts from the start.
+        O(1) per sample for one source; a mixture walks its per-batch counts from the start to
+        the first batch asked for (counts only, bounded memory), then allocates the batches
+        from there to the last.
         """
         ids = np.asarray(samples, dtype=np.int64)
         length = self.pass_length
@@ -251,11 +267,18 @@ class SourceStream:
             return np.zeros(ids.shape, np.int16), self._single_local(pass_index, ids)
         batch = self.config.global_batch_size
         assert batch is not None  # guaranteed by DataConfig for mixtures
-        rows = int(ids.max()) // batch + 1 if ids.size else 0
-        sources, local = self._allocate(MixtureCursor.start(len(self.sources)), rows, batch)
-        flat = ids.ravel()
-        if flat.size and flat.max() >= sources.size:
-            raise IndexError(f"sample {int(flat.max())} lies after the end of the stream")
+        if not ids.size:
+            return np.zeros(ids.shape, np.int16), np.zeros(ids.shape, np.int64)
+        first, rows = int(ids.min()) // batch, int(ids.max()) // batch + 1
+        start = advance_cursor(self.phases, batch, MixtureCursor.start(len(self.sources)), first)
+        limits = self._limits
+        if limits is not None and (np.array(start.drawn) > limits).any():
+            sources = local = np.zeros((0, batch), np.int64)  # a policy ended it before
+        else:
+            sources, local = self._allocate(start, rows - first, batch)
+        flat = ids.ravel() - first * batch
+        if flat.max() >= sources.size:
+            raise IndexError(f"sample {int(ids.max())} lies after the end of the stream")
         return sources.ravel()[flat].reshape(ids.shape), local.ravel()[flat].reshape(ids.shape)
 
     def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
