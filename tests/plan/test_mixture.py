@@ -80,7 +80,11 @@ def test_each_batch_gives_every_source_floor_or_ceil_of_its_share(case: Case) ->
 
 @PROPERTY
 @given(schedules())
-def test_cumulative_count_per_phase_stays_within_one_of_the_weight(case: Case) -> None:
+def test_cumulative_count_per_phase_stays_near_the_weight(case: Case) -> None:
+    """Each source's count since its phase began stays near its share: the largest-deficit
+    rule keeps it within about one sample, but not always within one (a search found 1.145
+    with 7 sources and 1.053 with 5, ``weights [1, 1, 0.1, 0.1, 0.972…], B = 19`` at step
+    49: issue 31), so the bound asserted is two."""
     phases, big, steps = case
     sources, _, _ = allocate(phases, big, steps)
     counts = counts_of(sources, len(phases[0].weights))
@@ -92,7 +96,7 @@ def test_cumulative_count_per_phase_stays_within_one_of_the_weight(case: Case) -
         drawn = np.cumsum(rows, axis=0)
         expected = np.asarray(phase.weights)[None] * big * np.arange(1, len(rows) + 1)[:, None]
         error = np.abs(drawn - expected)
-        assert error.max() <= 1 + EPS, (index, drawn.tolist(), expected.tolist())
+        assert error.max() <= 2 + EPS, (index, drawn.tolist(), expected.tolist())
 
 
 @PROPERTY
