@@ -20,6 +20,7 @@ import dataclasses
 import warnings
 
 from streamload.catalog.sources import SourceCatalog
+from streamload.catalog.table import ShardTable
 from streamload.config.source import OnError
 from streamload.errors import ConfigError, RemoteReadError
 from streamload.formats.base import ShardInfo
@@ -69,4 +70,4 @@ def without_unreadable_documents(catalog: SourceCatalog, eos_token_id: int | Non
         return catalog
     if not kept:
         raise ConfigError(f"source {catalog.config.name!r}: every shard was unreadable and skipped")
-    return dataclasses.replace(catalog, shards=tuple(kept), skipped=tuple(skipped))
+    return dataclasses.replace(catalog, shards=ShardTable.of(kept), skipped=tuple(skipped))

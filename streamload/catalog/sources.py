@@ -238,7 +238,7 @@ def _describe(
     paths = [(file.path, folder) for file, _, folder in jobs]
     shards = attach_masks(fs, source, storage, tuple(catalog.shards), paths)
     _record_folders(fs, identity, siblings, stamps, shards)
-    return dataclasses.replace(catalog, shards=shards), identity
+    return dataclasses.replace(catalog, shards=ShardTable.of(shards)), identity
 
 
 def _glob(fs: Any, path: str) -> str | None:
@@ -311,7 +311,7 @@ def _describe_local(fs: Any, source: SourceConfig, jobs: list[Job]) -> SourceCat
         )
         for listed, opts, folder in versioned
     ]
-    return SourceCatalog(source, tuple(infos))
+    return SourceCatalog(source, ShardTable.of(infos))
 
 
 def _name(path: str) -> str:
@@ -366,4 +366,4 @@ def _describe_all(
     for path, reason in skipped:
         stats.add("skipped_shards")
         stats.skipped(path, reason)
-    return SourceCatalog(source, tuple(shards), tuple(skipped))
+    return SourceCatalog(source, ShardTable.of(shards), tuple(skipped))

@@ -34,7 +34,13 @@ from typing import Any
 import numpy as np
 
 from streamload.catalog.identity import describe_change, folder_identity, glob_identity
-from streamload.catalog.table import RECORD_FIELDS, ShardTable, TableFacts, record_of
+from streamload.catalog.table import (
+    RECORD_FIELDS,
+    ShardTable,
+    TableFacts,
+    documents_of,
+    record_of,
+)
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
@@ -43,9 +49,9 @@ from streamload.util.index_cache import CacheKind, CacheUnwritable, load_or_buil
 
 __all__ = ["CATALOG", "SCHEMA", "Identity", "catalog_description", "cached_table"]
 
-SCHEMA = "streamload-catalog-5"
+SCHEMA = "streamload-catalog-6"
 """Version of the entry layout (4: one entry per source configuration, checked by listings;
-5: the files digest and indexed flag in the facts)."""
+5: the files digest and indexed flag in the facts; 6: document counts per shard)."""
 CATALOG = CacheKind("catalog", "the shard catalog")
 _LOG = logging.getLogger("streamload.catalog")
 _WARNED: set[str] = set()
@@ -180,6 +186,7 @@ def _arrays(shards: tuple[ShardInfo, ...], identity: Identity) -> dict[str, np.n
         "header": _bytes(json.dumps(header)),
         "listings": _bytes(json.dumps(identity.listings)),
         "num_tokens": np.array([s.num_tokens for s in shards], dtype=np.int64),
+        "num_documents": np.array([documents_of(s) for s in shards], dtype=np.int64),
         "record_ends": np.cumsum([len(r) for r in records], dtype=np.int64),
         "records": _bytes(b"".join(records)),
     }
@@ -216,8 +223,10 @@ def stale_reason(fs: Any, found: dict[str, np.ndarray]) -> str | None:
 
 
 def _facts(found: dict[str, np.ndarray]) -> TableFacts:
-    fields = _header(found)["facts"]
-    return TableFacts(**{k: tuple(v) if isinstance(v, list) else v for k, v in fields.items()})
+    fields: dict[str, Any] = {
+        k: tuple(v) if isinstance(v, list) else v for k, v in _header(found)["facts"].items()
+    }
+    return TableFacts(**fields)
 
 
 def _table(found: dict[str, np.ndarray], files: dict[str, str], handle: Any) -> ShardTable:
@@ -230,7 +239,10 @@ def _table(found: dict[str, np.ndarray], files: dict[str, str], handle: Any) -> 
         return ShardInfo(**{k: fields[k] for k in RECORD_FIELDS}, storage=handle)
 
     origin = (_mapped_again, (files, handle))
-    return ShardTable(found["num_tokens"], facts, decode, None, origin, lambda: forget(files))
+    return ShardTable(
+        found["num_tokens"], facts, decode, None, origin, lambda: forget(files),
+        found["num_documents"],
+    )  # fmt: skip
 
 
 def _mapped_again(files: dict[str, str], handle: Any) -> ShardTable:

@@ -29,6 +29,7 @@ __all__ = [
     "RECORD_FIELDS",
     "ShardTable",
     "TableFacts",
+    "documents_of",
     "files_digest",
     "fingerprint_of",
     "record_of",
@@ -62,6 +63,16 @@ def files_digest(shards: Sequence[ShardInfo]) -> str:
     for info in shards:
         digest.update((json.dumps(shard_identity(info)) + "\n").encode())
     return digest.hexdigest()
+
+
+def documents_of(info: ShardInfo) -> int:
+    """A shard's document count as its description records it (``-1``: not recorded; the
+    index says, when opened)."""
+    for key in ("num_documents", "documents"):  # Megatron's header names it "documents"
+        value = info.meta.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return -1
 
 
 def fingerprint_of(shards: Sequence[ShardInfo]) -> str:
@@ -126,6 +137,7 @@ class ShardTable(Sequence[ShardInfo]):
             returns: the catalog cache's files to map, or a view's base), or ``None``: its
             records are pickled.
         forget: Removes the cache entry the table was read from (:meth:`forget`).
+        documents: Each shard's recorded document count (:func:`documents_of`), if known.
     """
 
     def __init__(
@@ -136,13 +148,25 @@ class ShardTable(Sequence[ShardInfo]):
         storage: Any = None,
         origin: Any = None,
         forget: Callable[[], None] | None = None,
+        documents: np.ndarray | None = None,
     ) -> None:
         self.num_tokens = num_tokens
+        self._documents = documents
         self.facts = facts
         self._decode = decode
         self.storage = storage
         self.origin = origin
         self._forget = forget
+
+    @property
+    def num_documents(self) -> np.ndarray:
+        """int64 document count per shard as described (``-1`` where the description
+        records none: the shard's index tells, when opened)."""
+        if self._documents is None:
+            self._documents = np.fromiter(
+                (documents_of(s) for s in self), dtype=np.int64, count=len(self)
+            )
+        return self._documents
 
     def forget(self) -> None:
         """Remove the catalog entry the table was read from (its data changed), so that the
@@ -201,7 +225,13 @@ class ShardTable(Sequence[ShardInfo]):
     def with_storage(self, storage: Any) -> ShardTable:
         """The same shards read through ``storage`` (a handle)."""
         return ShardTable(
-            self.num_tokens, self.facts, self._decode, storage, self.origin, self._forget
+            self.num_tokens,
+            self.facts,
+            self._decode,
+            storage,
+            self.origin,
+            self._forget,
+            self._documents,
         )
 
     def read_with(self, storage: Any) -> ShardTable:
@@ -226,7 +256,7 @@ class ShardTable(Sequence[ShardInfo]):
         common = np.result_type(*dtypes)
         if common.kind in "ui":
             return common
-        first = {}
+        first: dict[np.dtype, str] = {}
         for info in self:
             first.setdefault(np.dtype(info.dtype).newbyteorder("="), info.path)
         found = ", ".join(f"{d.name} ({first[d]})" for d in dtypes)

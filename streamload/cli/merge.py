@@ -49,6 +49,7 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Merge; returns the exit code."""
     from streamload.catalog.sources import SourceCatalog
+    from streamload.catalog.table import ShardTable
     from streamload.tools.convert import convert, open_output
     from streamload.tools.masks import merge_megatron_with_masks, wants_masks
 
@@ -59,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
         )
         for p in args.inputs
     ]
-    catalog = SourceCatalog(parts[0].config, tuple(s for part in parts for s in part.shards))
+    catalog = SourceCatalog(
+        parts[0].config, ShardTable.of([s for part in parts for s in part.shards])
+    )
     fmt = _single_format(catalog)
     policy = {"drop_masks": args.drop_masks, "assume_trained": args.assume_trained}
     if fmt == "megatron":

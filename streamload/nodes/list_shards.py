@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from torchdata.nodes import BaseNode
@@ -53,7 +54,7 @@ class ListShards(BaseNode[ShardInfo]):
         self.eos_token_id = eos_token_id
         self.vocab_size = vocab_size
         self.storage = storage
-        self._shards: tuple[ShardInfo, ...] = ()
+        self._shards: Sequence[ShardInfo] = ()
         self._index = 0
 
     def reset(self, initial_state: dict[str, Any] | None = None) -> None:

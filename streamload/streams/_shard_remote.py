@@ -10,7 +10,7 @@ stream offset (:func:`skip_unreadable` decides, and names the object in ``stats(
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -44,7 +44,7 @@ def skip_unreadable(info: ShardInfo, exc: RemoteReadError, samples: int = 0) -> 
     _LOG.warning("streamload: skipping samples of %s (on_error = 'skip'): %s", info.path, exc)
 
 
-def store_of(shards: tuple[ShardInfo, ...]) -> RemoteStore | None:
+def store_of(shards: Sequence[ShardInfo]) -> RemoteStore | None:
     """This process's store of the first remote shard (``None`` when every shard is local);
     sources on one storage with equal options share one store and its counters."""
     if len(shards) and shards[0].is_remote:  # a source's shards share one storage
@@ -54,7 +54,7 @@ def store_of(shards: tuple[ShardInfo, ...]) -> RemoteStore | None:
 
 
 def prefetch_windows(
-    shards: tuple[ShardInfo, ...], offsets: np.ndarray, starts: np.ndarray, length: int
+    shards: Sequence[ShardInfo], offsets: np.ndarray, starts: np.ndarray, length: int
 ) -> None:
     """Start fetching the bytes of windows ``[starts[i], starts[i] + length)`` of the remote
     shards among ``shards`` (stream offsets ``offsets``; near neighbours coalesced)."""
@@ -81,7 +81,7 @@ def prefetch_tokens(info: ShardInfo, lo: np.ndarray, hi: np.ndarray) -> None:
 
 
 def gather_remote(
-    shards: tuple[ShardInfo, ...],
+    shards: Sequence[ShardInfo],
     get: Callable[[int], TokenShard],
     rows_of: tuple[np.ndarray, np.ndarray, np.ndarray],
     out: np.ndarray,

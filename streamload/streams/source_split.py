@@ -23,7 +23,6 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
-from streamload.formats.base import ShardInfo
 from streamload.formats.documents import BLOCK_TOKENS, document_bounds
 from streamload.formats.registry import get_format
 from streamload.plan.split import (
@@ -103,8 +102,10 @@ def source_split(
     infos, name, split = catalog.shards, catalog.config.name, sampling.split
     docs: list[int] | None = None
     total_docs: int | None = None
-    if all(get_format(info.format).has_documents for info in infos):
-        counts = np.array([_shard_documents(shards, i) for i in range(len(infos))], np.int64)
+    if all(get_format(fmt).has_documents for fmt in infos.facts.formats):
+        counts = np.array(infos.num_documents, dtype=np.int64)
+        for i in np.flatnonzero(counts < 0).tolist():  # not in the description: its index
+            counts[i] = int(np.asarray(document_bounds(shards.shard(i))).size) - 1
         firsts = np.concatenate([[0], np.cumsum(counts)])
         total_docs = int(firsts[-1])
         docs = split_bookends(split, total_docs)
@@ -140,16 +141,6 @@ def _describe(found: SourceSplit) -> str:
         "without a document index a bookend moves to the next start found by eos_token_id, "
         "or to the next shard"
     )
-
-
-def _shard_documents(shards: ShardSet, index: int) -> int:
-    """Documents of shard ``index``: from its description, else from its opened index."""
-    info: ShardInfo = shards.shards[index]
-    for key in ("num_documents", "documents"):  # Megatron's header names it "documents"
-        value = info.meta.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return int(np.asarray(document_bounds(shards.shard(index))).size) - 1
 
 
 def _document_start(shards: ShardSet, firsts: np.ndarray, document: int) -> int:
