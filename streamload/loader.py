@@ -120,11 +120,10 @@ class StreamLoader:
         drop the in-memory piece caches of its remote stores (their disk cache, counters and
         connections stay: another loader, or this one iterated again, reuses them)."""
         self._close()
-        handles = {
-            info.storage.key: info.storage
+        handles = {  # a source's shards share one storage handle
+            handle.key: handle
             for source in self.stream.sources
-            for info in source.shards.shards
-            if info.is_remote
+            if source.shards.remote and (handle := source.shards.shards[0].storage) is not None
         }
         for handle in handles.values():
             handle.store().clear_memory()
