@@ -57,8 +57,9 @@ chunk over hundreds of shards (a few rows each) reads row by row."""
 
 
 def _open_shard_limit() -> int:
-    """An eighth of the soft open-file limit, within [256, 8192]: each open shard holds up to
-    three mapped files (tokens and companions), each map a file descriptor."""
+    """An eighth of the soft open-file limit, within [8, 8192]: each open shard holds up to
+    three mapped files (tokens and companions), each map a file descriptor, and a shard's
+    mapped document bounds one more."""
     try:
         import resource
 
@@ -67,13 +68,15 @@ def _open_shard_limit() -> int:
         return 256
     if soft == resource.RLIM_INFINITY:
         return 8192
-    return max(256, min(8192, soft // 8))
+    return max(8, min(8192, soft // 8))
 
 
 MAX_OPEN_SHARDS = _open_shard_limit()
 """Shards kept open per process; the least recently used are unmapped beyond it. A shuffled
 stream touches every shard, so a corpus of more shards than this reopens some in every chunk
 (about 10 us each)."""
+_HELD_PER_CHUNK = min(64, MAX_OPEN_SHARDS)
+"""Shards one chunk's gather keeps at hand (beyond them it asks the process's cache again)."""
 
 
 class ShardSet:
@@ -272,7 +275,7 @@ class ShardSet:
                 shard = get(sid)
             except RemoteReadError:  # the per-row path raises or skips its rows
                 continue
-            view = _mapped_windows(shard, self.shards[sid].num_tokens, length)
+            view = _mapped_windows(shard, int(self.shards.num_tokens[sid]), length)
             if view is None:
                 continue
             rows = todo[ids == sid]
@@ -281,10 +284,12 @@ class ShardSet:
         return done
 
     def _opener(self) -> Callable[[int], TokenShard]:
-        """Opens shards for one chunk: one locked cache lookup per shard, and a shard that
-        cannot be opened (after its retries) fails once per chunk: each of its rows gets
-        that error, instead of running the retries again."""
-        opened: dict[int, TokenShard | RemoteReadError] = {}
+        """Opens shards for one chunk: a shard that cannot be opened (after its retries)
+        fails once per chunk (each of its rows gets that error, instead of running the
+        retries again). The shards opened are held for the chunk up to
+        :data:`_HELD_PER_CHUNK` (a chunk over more shards than the open-file limit allows
+        reopens some through the process's cache, never holds them all)."""
+        opened: OrderedDict[int, TokenShard | RemoteReadError] = OrderedDict()
 
         def get(sid: int) -> TokenShard:
             got = opened.get(sid)
@@ -294,6 +299,12 @@ class ShardSet:
                 except RemoteReadError as exc:
                     got = exc
                 opened[sid] = got
+                if len(opened) > _HELD_PER_CHUNK:
+                    oldest = next(iter(opened))
+                    if not isinstance(opened[oldest], RemoteReadError):
+                        del opened[oldest]
+                    else:
+                        opened.move_to_end(oldest)
             if isinstance(got, RemoteReadError):
                 raise got
             return got

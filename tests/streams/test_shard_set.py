@@ -150,7 +150,8 @@ def test_shard_changed_after_start_up(make_corpus: Callable) -> None:
 
 
 @pytest.mark.parametrize(
-    ("soft", "limit"), [(1024, 256), (4096, 512), (20_000, 2500), (1 << 20, 8192), (-1, 8192)]
+    ("soft", "limit"),
+    [(64, 8), (1024, 128), (4096, 512), (20_000, 2500), (1 << 20, 8192), (-1, 8192)],
 )
 def test_open_shards_follow_the_file_limit(
     monkeypatch: pytest.MonkeyPatch, soft: int, limit: int

@@ -282,29 +282,29 @@ class PackedSource(TokenSource):
         starts, sizes = self.plan.starts[items], self.plan.lengths[items]
         offsets = pairs[0][0].offsets  # a mask set has its token set's offsets
         sids = np.searchsorted(offsets, starts, side="right") - 1
-        places = zip(
-            sids.tolist(),
-            (rows * pairs[0][1].shape[1] + positions).tolist(),
-            (starts - offsets[sids]).tolist(),
-            sizes.tolist(),
-            strict=True,
-        )
-        present = np.unique(sids).tolist()
-        # each shard's values as one mapped array (a slice per item, no call), or for a shard
-        # held in pieces (Arrow record batches, Parquet row groups) its reader, sliced per item
-        # (one call each): slicing one array out of it would copy or decode the whole shard
-        # for every chunk; and each output as a flat view (row-major destination offsets)
-        whole = [{sid: _sliceable(shards.shard(sid)) for sid in present} for shards, _ in pairs]
+        order = np.argsort(sids, kind="stable")  # by shard: each shard held once, then let go
+        targets = (rows * pairs[0][1].shape[1] + positions)[order]  # row-major offsets
+        begins, sizes, sids = (starts - offsets[sids])[order], sizes[order], sids[order]
+        present, firsts = np.unique(sids, return_index=True)
+        edges = [*firsts.tolist(), int(sids.shape[0])]
         flat = [out.reshape(-1) for _, out in pairs]
-        if len(pairs) == 1:
-            (source,), (target,) = whole, flat
-            for sid, at, begin, size in places:
-                target[at : at + size] = source[sid][begin : begin + size]
-            return
-        (source, mask_source), (target, mask_target) = whole, flat
-        for sid, at, begin, size in places:
-            target[at : at + size] = source[sid][begin : begin + size]
-            mask_target[at : at + size] = mask_source[sid][begin : begin + size]
+        for at, sid in enumerate(present.tolist()):
+            # a shard's values as one mapped array (a slice per item, no call), or for a
+            # shard held in pieces (Arrow record batches, Parquet row groups) its reader,
+            # sliced per item: slicing one array out of it would copy or decode it all
+            whole = [_sliceable(shards.shard(sid)) for shards, _ in pairs]
+            lo, hi = edges[at], edges[at + 1]
+            places = zip(targets[lo:hi].tolist(), begins[lo:hi].tolist(),
+                         sizes[lo:hi].tolist(), strict=True)  # fmt: skip
+            if len(pairs) == 1:
+                (source,), (target_out,) = whole, flat
+                for target, begin, size in places:
+                    target_out[target : target + size] = source[begin : begin + size]
+                continue
+            (source, mask_source), (target_out, mask_out) = whole, flat
+            for target, begin, size in places:
+                target_out[target : target + size] = source[begin : begin + size]
+                mask_out[target : target + size] = mask_source[begin : begin + size]
 
     def _check_items(
         self, items: np.ndarray, rows: np.ndarray, positions: np.ndarray, out: np.ndarray
