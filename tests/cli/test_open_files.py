@@ -36,7 +36,7 @@ EOS = 0
 
 def shard_tokens(index: int) -> np.ndarray:
     """Shard ``index``'s 12 tokens: documents of 4 and 8 tokens, each ending in EOS."""
-    tokens = (np.arange(12, dtype=np.uint16) + index) % 97 + 1
+    tokens = ((np.arange(12) + index) % 97 + 1).astype(np.uint16)
     tokens[[3, 11]] = EOS
     return tokens
 
