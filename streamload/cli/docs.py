@@ -15,7 +15,7 @@ import argparse
 import json
 from typing import Any
 
-from streamload.cli._common import add_data_arguments, catalog_from_args, open_all
+from streamload.cli._common import add_data_arguments, catalog_from_args, opened_shards
 from streamload.errors import ConfigError
 
 __all__ = ["add_parser", "run"]
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     out: list[list[int]] = []
     fields: list[dict[str, Any] | None] = []
     skip = args.start
-    for shard in open_all(catalog):
+    for _, shard in opened_shards(catalog):
         if len(out) == args.count:
             break
         bounds = document_bounds(shard, args.eos, args.sequences)

@@ -16,7 +16,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from streamload.cli._common import add_data_arguments, catalog_from_args, open_all
+from streamload.cli._common import add_data_arguments, catalog_from_args, opened_shards
 from streamload.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -65,8 +65,15 @@ def eos_of(args: argparse.Namespace) -> int | None:
     return None
 
 
-def length_histogram(lengths: np.ndarray) -> list[tuple[int, int, int]]:
-    """(low, high, count) of document lengths in power-of-two bins (``[0, 1)``, ``[1, 2)``…)."""
+def length_histogram(
+    lengths: np.ndarray, counts: np.ndarray | None = None
+) -> list[tuple[int, int, int]]:
+    """(low, high, count) of document lengths in power-of-two bins (``[0, 1)``, ``[1, 2)``…).
+
+    Args:
+        lengths: Document lengths (each document once), or distinct lengths with ``counts``.
+        counts: Documents of each of ``lengths`` (:meth:`LengthCounts.counts`), if given.
+    """
     import numpy as np
 
     if lengths.size == 0:
@@ -74,10 +81,10 @@ def length_histogram(lengths: np.ndarray) -> list[tuple[int, int, int]]:
     bins = np.zeros(lengths.shape, dtype=np.int64)
     positive = lengths > 0
     bins[positive] = np.floor(np.log2(lengths[positive])).astype(np.int64) + 1
-    counts = np.bincount(bins)
+    per_bin = np.bincount(bins) if counts is None else np.bincount(bins, weights=counts)
     return [
         (0 if b == 0 else 1 << (b - 1), 1 if b == 0 else 1 << b, int(c))
-        for b, c in enumerate(counts)
+        for b, c in enumerate(per_bin)
         if c
     ]
 
@@ -87,20 +94,25 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from streamload.formats.registry import get_format
-    from streamload.tools.documents import count_documents, document_bounds
+    from streamload.tools.documents import LengthCounts, count_documents, document_bounds
 
     eos = eos_of(args)
     catalog = catalog_from_args(args, eos_token_id=eos)
-    shards, lengths, eos_lengths, unindexed, counted = [], [], [], set(), False
-    for info, shard in zip(catalog.shards, open_all(catalog), strict=True):
+    shards, unindexed, counted = [], set(), False
+    # Tallies, not every document's length: memory follows the distinct lengths.
+    indexed, plotted = LengthCounts(), LengthCounts()
+    for info, shard in opened_shards(catalog):
         bounds = shard.document_bounds() if get_format(info.format).has_documents else None
         docs: int | None = None
         if bounds is not None:
-            docs = len(bounds) - 1
-            lengths.append(np.diff(np.asarray(bounds)))
+            docs, found = len(bounds) - 1, np.diff(np.asarray(bounds))
+            indexed.add(found)
+            if args.plot:
+                plotted.add(found)
         elif eos is not None and args.plot:  # the plot needs each length, not just the count
-            eos_lengths.append(np.diff(document_bounds(shard, eos)))
-            docs, counted = len(eos_lengths[-1]), True
+            found = np.diff(document_bounds(shard, eos))
+            plotted.add(found)
+            docs, counted = len(found), True
         elif eos is not None:
             docs, counted = count_documents(shard, eos), True
         else:
@@ -124,14 +136,13 @@ def run(args: argparse.Namespace) -> int:
         "num_tokens": catalog.num_tokens,
         "shards": shards,
     }
-    all_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        _print_table(report, all_lengths)
+        _print_table(report, length_histogram(*indexed.counts()))
         _print_document_note(sorted(unindexed), eos if counted else None)
     if args.plot:
-        _plot(np.concatenate([all_lengths, *eos_lengths]), args.plot)
+        _plot(*plotted.counts(), args.plot)
     return 0
 
 
@@ -147,7 +158,7 @@ def _print_document_note(unindexed: list[str], eos: int | None) -> None:
         print(f"(documents without an index counted at EOS {eos})")
 
 
-def _print_table(report: dict[str, Any], lengths: np.ndarray) -> None:
+def _print_table(report: dict[str, Any], histogram: list[tuple[int, int, int]]) -> None:
     print(
         f"format {report['format']}, dtype {report['dtype']}, {report['num_tokens']:,} tokens, "
         f"{report['num_documents'] if report['num_documents'] is not None else '?'} documents"
@@ -158,7 +169,6 @@ def _print_table(report: dict[str, Any], lengths: np.ndarray) -> None:
         column = f" column {s['loss_mask_column']!r}" if s["loss_mask_column"] else ""
         mask = f"  loss mask {s['loss_mask']}{column}" if s["loss_mask"] else ""
         print(f"  {s['path']:<{width}}  {s['num_tokens']:>14,} tokens  {docs:>10} documents{mask}")
-    histogram = length_histogram(lengths)
     if histogram:
         print("document lengths (tokens):")
         top = max(c for _, _, c in histogram)
@@ -167,7 +177,9 @@ def _print_table(report: dict[str, Any], lengths: np.ndarray) -> None:
             print(f"  [{low:>8}, {high:>8})  {count:>10,}  {bar}")
 
 
-def _plot(lengths: np.ndarray, path: str) -> None:
+def _plot(lengths: np.ndarray, counts: np.ndarray, path: str) -> None:
+    """A log-log histogram of documents by length (``counts`` documents of each of
+    ``lengths``) into ``path``."""
     import numpy as np
 
     from streamload.tools.report_plot import pyplot
@@ -180,7 +192,7 @@ def _plot(lengths: np.ndarray, path: str) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     edges = np.logspace(0, np.log10(max(2, lengths.max())), 50).tolist()
-    ax.hist(np.maximum(lengths, 1), bins=edges)
+    ax.hist(np.maximum(lengths, 1), bins=edges, weights=counts)
     ax.set_xscale("log")
     ax.set_xlabel("document length (tokens)")
     ax.set_ylabel("documents")

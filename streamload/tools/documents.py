@@ -25,7 +25,9 @@ from streamload.formats.documents import BLOCK_TOKENS, document_bounds
 
 __all__ = [
     "BLOCK_TOKENS",
+    "PENDING_LENGTHS",
     "SHOWN_CHARS",
+    "LengthCounts",
     "TokenStats",
     "count_documents",
     "document_bounds",
@@ -86,6 +88,49 @@ def document_metadata(
         return None
     fields: dict[str, Any] = read(index) if id_column is None else read(index, id_column)
     return fields
+
+
+PENDING_LENGTHS = 1 << 20
+"""Lengths a :class:`LengthCounts` holds before merging them into its tally (8 MiB)."""
+
+
+class LengthCounts:
+    """How many documents have each length, tallied shard by shard.
+
+    Memory follows the distinct lengths, not the documents: added lengths wait in a buffer
+    of about :data:`PENDING_LENGTHS` and are then merged into the tally with one sort of
+    both (merging per buffer, not per add, keeps the cost near one sort of every length).
+    """
+
+    def __init__(self) -> None:
+        self._lengths = np.zeros(0, dtype=np.int64)
+        self._counts = np.zeros(0, dtype=np.int64)
+        self._pending: list[np.ndarray] = []
+        self._pending_size = 0
+
+    def add(self, lengths: np.ndarray) -> None:
+        """Count one document of each of ``lengths`` (copied: a mapped view stays unheld)."""
+        self._pending.append(np.array(lengths, dtype=np.int64))
+        self._pending_size += self._pending[-1].size
+        if self._pending_size >= PENDING_LENGTHS:
+            self._merge()
+
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct lengths (ascending, int64) and the documents of each (int64)."""
+        self._merge()
+        return self._lengths, self._counts
+
+    def _merge(self) -> None:
+        if not self._pending:
+            return
+        pending = np.concatenate(self._pending)
+        lengths, inverse = np.unique(np.concatenate([self._lengths, pending]), return_inverse=True)
+        weights = np.concatenate([self._counts, np.ones(pending.size, dtype=np.int64)])
+        # float weights count exactly below 2**53 documents
+        self._counts = np.bincount(inverse, weights=weights, minlength=lengths.size).astype(
+            np.int64
+        )
+        self._lengths, self._pending, self._pending_size = lengths, [], 0
 
 
 @dataclass
