@@ -20,6 +20,7 @@ unchanged). The byte-range side lives in :mod:`streamload.streams._shard_remote`
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import threading
 from collections import OrderedDict
@@ -32,12 +33,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from streamload.catalog.identity import check_opened, refuse_changed
 from streamload.catalog.table import ShardTable
 from streamload.config.storage import StorageConfig
-from streamload.errors import FormatError, RemoteReadError
+from streamload.errors import FormatError, RemoteReadError, StreamloadError
 from streamload.formats.base import ShardInfo, TokenShard
 from streamload.formats.loss_mask import FORMAT as MASK_FORMAT_SPEC
 from streamload.formats.loss_mask import MASK_DTYPE, mask_shard
 from streamload.formats.registry import open_shard
-from streamload.ops.masks import starts_from_offsets
 from streamload.streams._shard_remote import (
     gather_remote,
     prefetch_tokens,
@@ -186,7 +186,11 @@ class ShardSet:
                 self.shards.forget()
                 raise refuse_changed(problem)
             self._checked.add(index)
-        fresh = open_shard(info)
+        try:
+            fresh = open_shard(info)
+        except (OSError, FormatError) as exc:
+            _refuse_file_limit(exc, info.path)
+            raise
         with self._lock:
             opened = self._open.setdefault(index, fresh)
             self._open.move_to_end(index)
@@ -347,33 +351,19 @@ class ShardSet:
             filled += piece.shape[0]
             sid, loc = sid + 1, 0
 
-    def document_starts(self, starts: np.ndarray, width: int) -> np.ndarray:
-        """Document starts ``[n, width]`` of windows from the shards' document indexes.
 
-        ``out[i, t]`` is True when stream token ``starts[i] + t`` (t > 0) begins a document;
-        a shard's first token always does. Work is per window and per shard it touches (a
-        ``searchsorted`` in the mmapped index), never proportional to the document count.
-        """
-        out = np.zeros((starts.shape[0], width), dtype=bool)
-        first = np.searchsorted(self.offsets, starts, side="right") - 1
-        last = np.searchsorted(self.offsets, starts + width - 1, side="right") - 1
-        spans = [
-            np.arange(f + 1, t)
-            for f, t in zip(first.tolist(), last.tolist(), strict=True)
-            if t - f > 1
-        ]
-        for sid in np.unique(np.concatenate([first, last, *spans])).tolist():
-            rows = np.flatnonzero((first <= sid) & (last >= sid))
-            try:
-                bounds = self.shard(sid).document_bounds()
-            except RemoteReadError as exc:  # an unreadable index: the rows are skipped
-                self._skip_rows(sid, exc, starts[rows])
-                continue
-            if bounds is None:
-                raise FormatError(f"{self.shards[sid].path}: format has no document index")
-            local = starts[rows] - self.offsets[sid]
-            out[rows] |= starts_from_offsets(local, width, bounds)
-        return out
+def _refuse_file_limit(exc: BaseException, path: str) -> None:
+    """Raise a clear error when opening ``path`` failed for want of file descriptors."""
+    cause: BaseException | None = exc
+    while cause is not None and getattr(cause, "errno", None) != errno.EMFILE:
+        cause = cause.__cause__ or cause.__context__
+    if cause is None:
+        return
+    raise StreamloadError(
+        f"{path}: too many open files (EMFILE); this process keeps up to {MAX_OPEN_SHARDS} "
+        "shards open (an eighth of its open-file limit), so something else holds the rest: "
+        "raise the limit (ulimit -n) or close files the training script keeps open"
+    ) from exc
 
 
 def loss_mask_set(

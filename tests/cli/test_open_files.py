@@ -127,3 +127,41 @@ def test_docs_reach_the_last_shard(folders: dict[str, Path], fmt: str) -> None:
     assert out.splitlines() == [
         f"{start + i}: {' '.join(map(str, doc))}" for i, doc in enumerate(expected)
     ]
+
+
+_ONE_BIG_BATCH = """
+import hashlib, json, sys
+import streamload
+
+mode, folder = sys.argv[1], sys.argv[2]
+config = {"seq_len": 7, "seed": 3, "eos_token_id": 0, "vocab_size": 100,
+          "sources": [{"name": "x", "path": folder}],
+          "sampling": {"shuffle": True, "mode": mode}, "packing": {"masks": True}}
+if mode == "packed":
+    config["pad_token_id"] = 99
+with streamload.build_loader(config, batch_size=256, num_workers=0) as loader:
+    batches = [next(iter(loader)) for _ in range(1)]
+digest = hashlib.sha256()
+for batch in batches:
+    for key in sorted(batch):
+        if hasattr(batch[key], "numpy"):
+            digest.update(key.encode() + batch[key].numpy().tobytes())
+print(digest.hexdigest())
+"""
+
+
+@pytest.mark.parametrize("mode", ["concat", "packed"])
+@pytest.mark.parametrize("fmt", ["megatron", "numpy"])
+def test_a_batch_over_every_shard_holds_few_files(
+    folders: dict[str, Path], fmt: str, mode: str
+) -> None:
+    """The loader's chunks touch most of the 300 shards (256 shuffled samples of 7 tokens over
+    3,600, or 256 packed rows), yet hold a bounded number of them: the batches equal those of a run without the
+    limit."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [sys.executable, "-c", _ONE_BIG_BATCH, mode, str(folders[fmt])]
+    free = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert free.returncode == 0, free.stderr[-2000:]
+    limited = _run("-c", _ONE_BIG_BATCH, mode, str(folders[fmt]))
+    assert limited.returncode == 0, limited.stderr[-2000:]
+    assert limited.stdout == free.stdout
