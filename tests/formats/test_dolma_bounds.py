@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from streamload.errors import FormatError
 from streamload.formats import ReadOptions, open_shard
 from streamload.formats.base import ListedFile, ShardInfo
 from streamload.formats.dolma import _bounds_cache
@@ -19,6 +20,7 @@ from tests.helpers.shards import documents, is_mapped
 
 NPY = "part-0-00000.npy"
 DOCS = [[1, 2, 3], [], [4], [5, 6, 7, 8], [9, 10]]
+MOVED = np.array([0, 3, 3, 5, 8, 10])  # the same tokens, one boundary moved
 
 
 @pytest.fixture
@@ -74,6 +76,22 @@ def test_a_damaged_entry_is_parsed_again_and_repaired(
         entry.unlink()
     assert documents(open_shard(info)) == DOCS
     assert entry.read_bytes() == np.array([0, 3, 3, 4, 8, 10], dtype="<i8").tobytes()
+
+
+def test_a_csv_rewritten_in_place_is_refused(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows parsed again (no entry) that are not the described ones: the CSV changed."""
+    info = describe_here(folder, tmp_path / "cache")
+    monkeypatch.setattr(dolma_module, "load_bounds", lambda *args: None)
+    rows = dolma_module.read_rows
+    monkeypatch.setattr(
+        dolma_module,
+        "read_rows",
+        lambda *a, **k: dataclasses.replace(rows(*a, **k), starts=MOVED[:-1], ends=MOVED[1:]),
+    )
+    with pytest.raises(FormatError, match=r"csv\.gz: its rows differ from those described"):
+        open_shard(info).document_bounds()
 
 
 def test_an_unwritable_cache_costs_a_warning_only(

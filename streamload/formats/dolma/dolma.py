@@ -165,10 +165,25 @@ class DolmaShard(MemmapShard):
                 if cached is not None:
                     self._bounds = cached
                     return cached
-            self._bounds = _bounds_of(self._read_rows(keep_text=False))
-            if "bounds_sha256" in meta and bounds_key(self._bounds) == meta["bounds_sha256"]:
-                save_bounds(meta["cache_root"], meta["bounds_sha256"], self._bounds)  # repair
+            bounds = _bounds_of(self._read_rows(keep_text=False))
+            if "bounds_sha256" in meta:
+                self._check_described(bounds)
+                save_bounds(meta["cache_root"], meta["bounds_sha256"], bounds)  # repair it
+            self._bounds = bounds
         return self._bounds
+
+    def _check_described(self, bounds: np.ndarray) -> None:
+        """Refuse bounds parsed now that are not the ones describe parsed.
+
+        Raises:
+            FormatError: the CSV was rewritten (with its size kept) since it was described.
+        """
+        if bounds_key(bounds) != self.info.meta["bounds_sha256"]:
+            raise FormatError(
+                f"{self._csv_path}: its rows differ from those described at start-up "
+                f"(document bounds sha256 {self.info.meta['bounds_sha256'][:12]}…); the file "
+                "was rewritten in place: describe the source again"
+            )
 
     @property
     def num_documents(self) -> int:
