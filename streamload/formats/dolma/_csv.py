@@ -5,7 +5,12 @@ quoted only when needed); legacy OLMo files hold only ``start,end`` with ``\\n``
 two fields are parsed, with numpy over each decompressed piece, so a million rows take
 milliseconds instead of a Python loop. A record ends at a newline outside quotes: ``csv``
 escapes a quote by doubling it, so the count of ``"`` before a newline is even exactly when the
-newline ends a record (an id holding a newline stays one row).
+newline ends a record (an id holding a newline stays one row); a piece without any ``"`` (the
+usual case: dolma's ids and paths need no quoting) skips that count. One pass over the bytes
+finds the newlines and commas together (:func:`_marks`). A field of at most 16 digits is read
+as two unaligned little-endian words ending at its last byte, checked and converted eight
+digits per word by SWAR arithmetic (:func:`_parse_plain`); anything else (a longer field, a
+non-digit) goes to the column-by-column parser (:func:`_parse_ints`), which names the row.
 
 The file is inflated in pieces of ``chunk_bytes`` (:func:`read_rows`), never whole, and what
 it may inflate to is bounded by its token file (:class:`RowLimits`): documents tile the token
@@ -20,8 +25,6 @@ starts ``[0, 4]`` and ends ``[4, 11]``.
 from __future__ import annotations
 
 import csv
-import gzip
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -29,7 +32,8 @@ from typing import BinaryIO
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats._io_errors import is_parse_error
+from streamload.formats.dolma._digits import PAD_BYTES, byte_words, parse_plain
+from streamload.formats.dolma._inflate import inflate_pieces
 
 __all__ = [
     "CHUNK_BYTES",
@@ -55,6 +59,8 @@ ROW_BYTES = 1 << 10
 EMPTY_ROWS = 4096
 """Rows accepted beyond one per token (empty documents: dolma writes none, a conversion of a
 corpus with empty documents a few)."""
+_PAD = b"0" * PAD_BYTES
+"""Put before each piece: a field's word reads (:mod:`._digits`) never start before it."""
 
 
 @dataclass(frozen=True)
@@ -97,19 +103,51 @@ class DolmaRows:
     text: bytes | None = None
 
 
-def _record_ends(buf: np.ndarray) -> np.ndarray:
-    newlines = np.flatnonzero(buf == _NL)
-    quotes = np.flatnonzero(buf == _QUOTE)
-    if quotes.size:
-        before = np.searchsorted(quotes, newlines)
+@dataclass(frozen=True)
+class _Marks:
+    """Where the records of a buffer end (newlines outside quotes) and where its commas are."""
+
+    ends: np.ndarray
+    commas: np.ndarray
+
+
+class _Scratch:
+    """Boolean work arrays reused from piece to piece: a fresh 1 MiB array per piece costs
+    about as much in page faults as the comparisons that fill it."""
+
+    def __init__(self) -> None:
+        self.hit = self.other = np.zeros(0, dtype=bool)
+
+    def masks(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Two boolean arrays of ``size`` elements (contents undefined)."""
+        if self.hit.size < size:
+            self.hit, self.other = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
+        return self.hit[:size], self.other[:size]
+
+
+def _marks(buf: np.ndarray, text: bytes, scratch: _Scratch) -> _Marks:
+    """One pass over the bytes for newlines and commas (and quotes, only when ``text``, the
+    bytes of ``buf``, holds one: ``in`` is a memchr)."""
+    quoted = b'"' in text
+    hit, other = scratch.masks(buf.size)
+    np.equal(buf, _NL, out=hit)
+    hit |= np.equal(buf, _COMMA, out=other)
+    if quoted:
+        hit |= np.equal(buf, _QUOTE, out=other)
+    at = np.flatnonzero(hit)
+    kind = buf[at]
+    newlines, commas = at[kind == _NL], at[kind == _COMMA]
+    if quoted:
+        before = np.searchsorted(at[kind == _QUOTE], newlines)
         newlines = newlines[before % 2 == 0]
-    return newlines
+    return _Marks(newlines, commas)
 
 
 def _parse_ints(
     buf: np.ndarray, begin: np.ndarray, stop: np.ndarray, what: str, where: tuple[str, int]
 ) -> np.ndarray:
-    """Non-negative decimal integers in ``buf[begin[i]:stop[i]]``, by Horner over columns."""
+    """Non-negative decimal integers in ``buf[begin[i]:stop[i]]``, by Horner over columns (the
+    careful parser: any length, and the first bad field named)."""
     lengths = stop - begin
     bad = np.flatnonzero((lengths < 1) | (lengths > _MAX_DIGITS))
     values = np.zeros(begin.shape[0], dtype=np.int64)
@@ -134,6 +172,50 @@ def _parse_ints(
     return values
 
 
+def _offsets(
+    buf: np.ndarray, begins: np.ndarray, first: np.ndarray, second: np.ndarray,
+    where: tuple[str, int],
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """The start and end fields: by words when all are plain, else by the careful parser."""
+    n = begins.size
+    stops = np.concatenate([first, second])
+    values = parse_plain(byte_words(buf), stops, stops - np.concatenate([begins, first + 1]))
+    if values is not None:
+        return values[:n], values[n:]
+    return (_parse_ints(buf, begins, first, "start", where),
+            _parse_ints(buf, first + 1, second, "end", where))  # fmt: skip
+
+
+def _parse_marked(
+    buf: np.ndarray, marks: _Marks, path: str, first_row: int
+) -> tuple[DolmaRows, int]:
+    """The rows of the whole records of ``buf`` (which starts with ``PAD_BYTES`` of
+    padding; row offsets count from its end), and the offset past the last record."""
+    ends = marks.ends
+    if ends.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return DolmaRows(empty, empty, empty, empty), PAD_BYTES
+    begins = np.empty_like(ends)
+    begins[0], begins[1:] = PAD_BYTES, ends[:-1] + 1
+    stops = ends - ((ends > begins) & (buf[ends - 1] == _CR))
+    commas = marks.commas
+    k = np.searchsorted(commas, begins)
+    first = commas[np.minimum(k, commas.size - 1)] if commas.size else stops
+    missing = np.flatnonzero((k >= commas.size) | (first >= stops))
+    if missing.size:
+        i = int(missing[0])
+        row = bytes(buf[begins[i] : stops[i]][:80]).decode("utf-8", "replace")
+        raise FormatError(
+            f"{path}: row {first_row + i} is {row!r}; expected at least start,end (rows are "
+            "start,end,id,src,loc)"
+        )
+    nxt = commas[np.minimum(k + 1, commas.size - 1)]
+    second = np.where((k + 1 < commas.size) & (nxt < stops), nxt, stops)
+    starts, doc_ends = _offsets(buf, begins, first, second, (path, first_row))
+    rows = DolmaRows(starts, doc_ends, begins - PAD_BYTES, stops - PAD_BYTES)
+    return rows, int(ends[-1]) + 1
+
+
 def parse_rows(text: bytes, path: str, first_row: int = 1) -> DolmaRows:
     """Parse the ``start`` and ``end`` columns of decompressed metadata rows.
 
@@ -148,26 +230,9 @@ def parse_rows(text: bytes, path: str, first_row: int = 1) -> DolmaRows:
     """
     if text and not text.endswith(b"\n"):
         text += b"\n"
-    buf = np.frombuffer(text, dtype=np.uint8)
-    ends = _record_ends(buf)
-    begins = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)[: ends.size]
-    stops = ends - ((ends > begins) & (buf[np.maximum(ends - 1, 0)] == _CR))
-    commas = np.flatnonzero(buf == _COMMA)
-    k = np.searchsorted(commas, begins)
-    first = commas[np.minimum(k, commas.size - 1)] if commas.size else stops
-    missing = np.flatnonzero((k >= commas.size) | (first >= stops))
-    if missing.size:
-        i = int(missing[0])
-        row = bytes(buf[begins[i] : stops[i]][:80]).decode("utf-8", "replace")
-        raise FormatError(
-            f"{path}: row {first_row + i} is {row!r}; expected at least start,end (rows are "
-            "start,end,id,src,loc)"
-        )
-    nxt = commas[np.minimum(k + 1, commas.size - 1)]
-    second = np.where((k + 1 < commas.size) & (nxt < stops), nxt, stops)
-    starts = _parse_ints(buf, begins, first, "start", (path, first_row))
-    doc_ends = _parse_ints(buf, first + 1, second, "end", (path, first_row))
-    return DolmaRows(starts, doc_ends, begins, stops)
+    padded = _PAD + text
+    buf = np.frombuffer(padded, dtype=np.uint8)
+    return _parse_marked(buf, _marks(buf, padded, _Scratch()), path, first_row)[0]
 
 
 class _RowReader:
@@ -180,21 +245,25 @@ class _RowReader:
         self.rows = 0
         self.offset = 0  # decompressed bytes parsed so far
 
-    def add(self, text: bytes) -> None:
-        """Parse whole rows and check the limits."""
-        rows = parse_rows(text, self.path, self.rows + 1)
-        self.rows += rows.starts.size
-        if self.rows > self.limits.max_rows:
+    def check(self, more: int) -> None:
+        """Refuse ``more`` rows beyond the limit (before they are parsed)."""
+        if self.rows + more > self.limits.max_rows:
             raise FormatError(
                 f"{self.path}: holds more than {self.limits.max_rows} rows but its token file "
                 f"holds {self.limits.num_tokens} tokens (one row per document, at most "
                 f"{EMPTY_ROWS} of them empty); it belongs to another file or is corrupt"
             )
+
+    def add(self, rows: DolmaRows, length: int, text: bytes | None) -> None:
+        """Keep the rows parsed from ``length`` bytes of whole rows (``text``: those bytes,
+        kept with ``keep_text``) and check the limits."""
+        self.check(rows.starts.size)
+        self.rows += rows.starts.size
         shift = self.offset
         self.parts.append(DolmaRows(rows.starts, rows.ends, rows.row_begin + shift,
                                     rows.row_end + shift))  # fmt: skip
-        self.offset += len(text)
-        if self.keep_text:
+        self.offset += length
+        if text is not None:
             self.texts.append(text)
 
     def result(self) -> DolmaRows:
@@ -211,29 +280,18 @@ class _RowReader:
 
 
 def _inflate(fh: BinaryIO, path: str, limits: RowLimits, chunk_bytes: int) -> Iterator[bytes]:
-    """The decompressed content in pieces of at most ``chunk_bytes`` (gzip members, CRCs and
-    zero padding handled by :mod:`gzip`), refused once past ``limits.max_bytes``."""
+    """The decompressed content in pieces of at most ``chunk_bytes``, refused once past
+    ``limits.max_bytes``."""
     total = 0
-    with gzip.GzipFile(fileobj=fh, mode="rb") as gz:
-        while True:
-            try:
-                piece = gz.read(chunk_bytes)
-            except (OSError, EOFError, zlib.error) as exc:
-                if not is_parse_error(exc):
-                    raise  # a failed read of a remote file: retried, not corruption
-                raise FormatError(
-                    f"{path}: not a readable gzip file ({exc}); it is truncated or corrupt"
-                ) from exc
-            if not piece:
-                return
-            total += len(piece)
-            if total > limits.max_bytes:
-                raise FormatError(
-                    f"{path}: inflates to more than {limits.max_bytes} bytes, more than the "
-                    f"rows of a token file of {limits.num_tokens} tokens take ({ROW_BYTES} "
-                    "bytes per row); it is corrupt or a gzip bomb"
-                )
-            yield piece
+    for piece in inflate_pieces(fh, path, chunk_bytes):
+        total += len(piece)
+        if total > limits.max_bytes:
+            raise FormatError(
+                f"{path}: inflates to more than {limits.max_bytes} bytes, more than the "
+                f"rows of a token file of {limits.num_tokens} tokens take ({ROW_BYTES} "
+                "bytes per row); it is corrupt or a gzip bomb"
+            )
+        yield piece
 
 
 def read_rows(
@@ -252,20 +310,23 @@ def read_rows(
     """
     reader = _RowReader(path, limits, keep_text)
     pending = b""  # the bytes after the last whole row: a row begins there
+    scratch = _Scratch()
     for piece in _inflate(fh, path, limits, chunk_bytes):
-        buf = pending + piece
-        ends = _record_ends(np.frombuffer(buf, dtype=np.uint8))
-        cut = int(ends[-1]) + 1 if ends.size else 0
-        if cut:
-            reader.add(buf[:cut])
-        pending = buf[cut:]
+        text = b"".join((_PAD, pending, piece))  # one copy; the padding serves parse_plain
+        buf = np.frombuffer(text, dtype=np.uint8)
+        marks = _marks(buf, text, scratch)
+        reader.check(marks.ends.size)  # a file of tiny rows is refused before they are parsed
+        rows, cut = _parse_marked(buf, marks, path, reader.rows + 1)
+        if cut > PAD_BYTES:
+            reader.add(rows, cut - PAD_BYTES, text[PAD_BYTES:cut] if keep_text else None)
+        pending = text[cut:]
         if len(pending) > MAX_ROW_BYTES:
             raise FormatError(
                 f"{path}: row {reader.rows + 1} is longer than {MAX_ROW_BYTES} bytes (real rows "
                 "hold two offsets, an id and a source path); the file is corrupt"
             )
     if pending:
-        reader.add(pending)
+        reader.add(parse_rows(pending, path, reader.rows + 1), len(pending), pending)
     return reader.result()
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.format import MAGIC_PREFIX as NPY_MAGIC  # not the numpy family's (independent)
 
+from streamload.config.storage import default_cache_dir
 from streamload.errors import FormatError
 from streamload.formats._stack_writer import StackWriter
 from streamload.formats._writer_input import as_document, token_dtype
@@ -37,6 +38,7 @@ from streamload.formats.base import (
     companion_file,
     open_head,
 )
+from streamload.formats.dolma._bounds_cache import bounds_key, load_bounds, save_bounds
 from streamload.formats.dolma._csv import DolmaRows, RowLimits, read_rows, row_fields
 from streamload.util.files import atomic_output
 
@@ -117,6 +119,13 @@ def check_rows(rows: DolmaRows, size: int, dtype: np.dtype, csv_path: str) -> in
     return last
 
 
+def _bounds_of(rows: DolmaRows) -> np.ndarray:
+    """Document bounds (int64 ``[d + 1]``) of checked rows."""
+    bounds = np.empty(rows.ends.size + 1, dtype=np.int64)
+    bounds[0], bounds[1:] = 0, rows.ends
+    return bounds
+
+
 class DolmaShard(MemmapShard):
     """An opened dolma shard: tokens, document bounds, and each document's CSV fields."""
 
@@ -145,11 +154,36 @@ class DolmaShard(MemmapShard):
         return rows
 
     def document_bounds(self) -> np.ndarray:
-        """Token offsets of the documents (int64), parsed from the CSV on first use."""
+        """Token offsets of the documents (int64) on first use: the ones describe parsed from
+        the CSV, mapped from the bounds cache (:mod:`._bounds_cache`), else parsed again."""
         if self._bounds is None:
-            rows = self._read_rows(keep_text=False)
-            self._bounds = np.concatenate([[0], rows.ends]).astype(np.int64)
+            self._csv()  # the CSV is still the one described, whichever way bounds come
+            meta = self.info.meta
+            if "bounds_sha256" in meta:  # not in descriptions cached by older versions
+                cached = load_bounds(meta["cache_root"], meta["bounds_sha256"],
+                                     self.num_documents)  # fmt: skip
+                if cached is not None:
+                    self._bounds = cached
+                    return cached
+            bounds = _bounds_of(self._read_rows(keep_text=False))
+            if "bounds_sha256" in meta:
+                self._check_described(bounds)
+                save_bounds(meta["cache_root"], meta["bounds_sha256"], bounds)  # repair it
+            self._bounds = bounds
         return self._bounds
+
+    def _check_described(self, bounds: np.ndarray) -> None:
+        """Refuse bounds parsed now that are not the ones describe parsed.
+
+        Raises:
+            FormatError: the CSV was rewritten (with its size kept) since it was described.
+        """
+        if bounds_key(bounds) != self.info.meta["bounds_sha256"]:
+            raise FormatError(
+                f"{self._csv_path}: its rows differ from those described at start-up "
+                f"(document bounds sha256 {self.info.meta['bounds_sha256'][:12]}…); the file "
+                "was rewritten in place: describe the source again"
+            )
 
     @property
     def num_documents(self) -> int:
@@ -199,7 +233,11 @@ class DolmaFormat:
             rows = read_rows(fh, csv_path, _limits(file.size, dtype))
             packed_size = int(fh.tell())  # the gzip reader reads to the end of the file
         count = check_rows(rows, file.size, dtype, csv_path)
-        meta = {"num_documents": int(rows.starts.size), "index_size": packed_size}
+        bounds = _bounds_of(rows)
+        key, root = bounds_key(bounds), options.cache_root or default_cache_dir()
+        save_bounds(root, key, bounds)  # a plan build maps them instead of parsing again
+        meta = {"num_documents": int(rows.starts.size), "index_size": packed_size,
+                "bounds_sha256": key, "cache_root": root}  # fmt: skip
         return ShardInfo(
             path, file.relpath, file.size, self.name, dtype.str, 0, count, csv_path, meta
         )
