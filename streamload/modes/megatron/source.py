@@ -3,7 +3,10 @@
 A source's sequences are its shards' sequences in listing order (for a Megatron ``.bin/.idx``
 the ``.idx`` sequences, GPTDataset's "documents"; for other formats the format's documents),
 as if ``tools/merge_datasets.py`` had merged the shards. A format without a document index
-has no sequences and is rejected.
+has no sequences and is rejected. Where each sequence starts in the source's token stream and
+how long it is come from the source's sequence table (:mod:`.sequences`): built from the
+shards' indices once per job, then mapped by every rank and worker (a warm start reads no
+document index), and the shard of a sequence is found from its start.
 
 Reading a chunk is one gather: every sample spans a run of document-index positions; the
 pieces (one per position) are listed with ``np.repeat`` and their tokens copied by one fancy
