@@ -17,6 +17,7 @@ import pytest
 
 from streamload import load_config
 from streamload.catalog.sources import describe_sources
+from streamload.catalog.table import ShardTable
 from streamload.modes.megatron.sequences import load_sequence_table, table_arrays
 from streamload.modes.megatron.source import MegatronSource
 from streamload.modes.megatron.stream import MegatronStream
@@ -110,7 +111,7 @@ def test_a_read_only_cache_dir_keeps_the_table_in_the_storage_folder(
 def test_files_without_a_version_build_the_table_in_memory(prefixes: dict[str, str]) -> None:
     config = load_config(config_of("gpt_e1_n", prefixes))
     (catalog,) = describe_sources(config)
-    shards = tuple(dataclasses.replace(s, version="") for s in catalog.shards)
+    shards = ShardTable.of(tuple(dataclasses.replace(s, version="") for s in catalog.shards))
     bare = dataclasses.replace(catalog, shards=shards)
     built = table_arrays([np.array([0, 2, 5])], np.array([0, 5]), "A")
     with pytest.warns(UserWarning, match=r"not cached .*no version"):

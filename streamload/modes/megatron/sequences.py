@@ -43,8 +43,8 @@ import numpy as np
 from streamload.catalog.sources import SourceCatalog
 from streamload.config import DataConfig
 from streamload.errors import ConfigError, FormatError
-from streamload.streams.index_cache import CacheKind, load_or_build
 from streamload.streams.source_plan import MappedArrays, files_description
+from streamload.util.index_cache import CacheKind, load_or_build
 
 __all__ = ["LAYOUT", "SEQUENCES", "SequenceTable", "load_sequence_table", "table_arrays"]
 
@@ -159,9 +159,9 @@ def load_sequence_table(
                 raise
         return built[0]
 
-    unversioned = [info.path for info in catalog.shards if not info.version]
-    if unversioned:
-        why = f"{unversioned[0]} has no version in its listing (no ETag, generation or mtime)"
+    if not catalog.shards.facts.versioned:
+        first = next(info.path for info in catalog.shards if not info.version)
+        why = f"{first} has no version in its listing (no ETag, generation or mtime)"
         return _in_memory(name, why, once())
     problems = []
     for folder in _folders(config):

@@ -48,8 +48,8 @@ class MegatronSource:
         self.name = catalog.config.name
         self.shards = ShardSet(catalog.shards)
         self.loss_masks = loss_mask_set(catalog.shards)
-        jsonl = [s.path for s in catalog.shards if s.format == "jsonl"]
-        if jsonl:
+        if "jsonl" in catalog.shards.facts.formats:  # else no shard is decoded at start
+            jsonl = [s.path for s in catalog.shards if s.format == "jsonl"]
             raise ConfigError(
                 f"source {self.name!r}: sampling.mode = 'megatron' reads token files; "
                 f"{jsonl[0]} is a jsonl file (pre-tokenize it with streamload tokenize)"
