@@ -9,7 +9,18 @@ paths (``_build_document_index``, the C++ ``helpers.build_sample_idx``,
 hashed and must be identical. Then a real Megatron dataset is written and a loader's time to
 its first batch is measured with a cold and a warm index cache (each in a fresh interpreter).
 
+Warm start at scale (``--warm-docs``): a dataset of that many documents (a real ``.idx``, a
+sparse ``.bin``: no token is written, so 10^7 documents fit any disk), the indices built once
+by each side, then fresh interpreters interleaved (``--repeats`` rounds): megatron-core's
+``BlendedMegatronDatasetBuilder`` over its cache (``path_to_cache``) + 8 samples collated;
+streamload's ``build_loader`` + first batch of 8 over its own cache, and over megatron-core's;
+with ``--baseline-tree`` also another streamload tree over the same cache. Each child times
+from after its imports (torch and megatron-core or streamload) and reports its wall and CPU
+time and its peak resident memory above the resident memory after the imports (the kernel's
+peak counter is reset there: ``/proc/self/clear_refs``).
+
     python benchmarks/megatron.py --docs 100000,1000000,10000000 --megatron-path /tmp/mcore
+    python benchmarks/megatron.py --no-build --no-first-batch --warm-docs 1000000,10000000
 
 megatron-core stays out of this interpreter: only the subprocess gets ``PYTHONPATH``.
 """
@@ -27,50 +38,14 @@ from typing import Any
 
 import numpy as np
 from _common import add_common_args, emit, int_list, median, run_child
+from _megatron_children import (
+    FIRST_BATCH_CHILD,
+    MEGATRON_CHILD,
+    MEGATRON_WARM_CHILD,
+    OURS_WARM_CHILD,
+)
 
 SEED = 1234
-MEGATRON_CHILD = r"""
-import hashlib, json, sys, time
-import numpy as np
-from megatron.core.datasets import helpers
-from megatron.core.datasets.gpt_dataset import _build_document_index, _build_shuffle_index
-
-def build():
-    began = time.perf_counter()
-    indices = np.arange(lengths.size, dtype=np.int32)
-    tpe = int(lengths.sum()); extra = 1
-    epochs = 1
-    while epochs * tpe < num_samples * seq_len + extra:
-        epochs += 1
-    n_sans = ((epochs - 1) * tpe - extra) // seq_len
-    n_per = (tpe - extra) // seq_len
-    separate = epochs > 1 and num_samples - n_sans < int(0.80 * n_per)
-    rng = np.random.RandomState(seed)
-    doc = _build_document_index(indices, epochs, rng, separate)
-    sample = helpers.build_sample_idx(lengths, doc, seq_len, epochs, tpe, True, extra)
-    total = sample.shape[0] - 1
-    shuffle = _build_shuffle_index(n_sans if separate else total, total, rng)
-    return doc, sample, shuffle, epochs, time.perf_counter() - began
-
-lengths = np.load(sys.argv[1]); num_samples, seq_len, seed, repeats = map(int, sys.argv[2:6])
-times = []
-for _ in range(repeats):
-    doc, sample, shuffle, epochs, seconds = build()
-    times.append(seconds)
-digest = hashlib.sha256()
-for a in (doc, sample, shuffle):
-    digest.update(np.ascontiguousarray(a).tobytes())
-print(json.dumps({"seconds": sorted(times)[len(times) // 2], "sha": digest.hexdigest(),
-                  "epochs": epochs}))
-"""
-FIRST_BATCH_CHILD = r"""
-import json, sys, time
-from streamload import build_loader
-began = time.perf_counter()
-loader = build_loader(json.loads(sys.argv[1]), batch_size=8)
-next(iter(loader))
-print(json.dumps({"seconds": time.perf_counter() - began}))
-"""
 
 
 def lengths_of(count: int) -> np.ndarray:
@@ -121,18 +96,8 @@ def megatron_core_build(
     """megatron-core's ``GPTDataset`` index build over the sequence lengths saved at
     ``lengths``, in a fresh interpreter with megatron-core on its path: ``seconds`` (median
     of ``repeats``), ``epochs`` and ``sha`` of the three arrays."""
-    env = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = megatron_path
-    try:
-        argv = [str(lengths), str(num_samples), str(seq_len), str(SEED), str(repeats)]
-        child = run_child(["-c", MEGATRON_CHILD, *argv], timeout=3600)
-    finally:
-        if env is None:
-            os.environ.pop("PYTHONPATH")
-        else:
-            os.environ["PYTHONPATH"] = env
-    assert child.result is not None
-    return child.result
+    argv = [str(lengths), str(num_samples), str(seq_len), str(SEED), str(repeats)]
+    return _run(["-c", MEGATRON_CHILD, *argv], megatron_path)
 
 
 def first_batch_rows(folder: Path, docs: int, seq_len: int) -> list[dict[str, Any]]:
@@ -163,12 +128,134 @@ def first_batch_rows(folder: Path, docs: int, seq_len: int) -> list[dict[str, An
     return rows
 
 
+WARM_SPLIT = "100,0,0"
+
+
+def write_sparse_dataset(folder: Path, docs: int) -> tuple[str, np.ndarray]:
+    """A Megatron dataset of ``docs`` documents: a real ``.idx``, a sparse ``.bin``
+    (``benchmarks/packing_startup.py`` writes the same); returns its prefix and lengths."""
+    from streamload.formats.megatron._index import write_index
+
+    lengths = lengths_of(docs)
+    data = folder / f"data-{docs}"
+    data.mkdir()  # alone: a file written beside the shards re-keys their catalog
+    prefix = data / "bench_text_document"
+    dtype = np.dtype(np.uint16)
+    write_index(f"{prefix}.idx", dtype, lengths, np.arange(docs + 1), None)
+    with open(f"{prefix}.bin", "wb") as fh:
+        fh.truncate(int(lengths.sum(dtype=np.int64)) * dtype.itemsize)
+    return str(prefix), lengths
+
+
+def warm_rows(
+    folder: Path, docs: int, args: argparse.Namespace
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Cold rows (one build each) and warm rows (medians of interleaved repeats)."""
+    prefix, lengths = write_sparse_dataset(folder, docs)
+    request = e3_request(lengths, args.seq_len)
+
+    def ours(cache: str, tree: str = "") -> list[str]:
+        cfg = {"seq_len": args.seq_len, "seed": SEED,
+               "sources": [{"name": "bench", "path": f"{prefix}.bin"}],
+               "sampling": {"mode": "megatron", "split": WARM_SPLIT, "num_samples": request,
+                            "cache_dir": cache}}  # fmt: skip
+        return ["-c", OURS_WARM_CHILD, json.dumps(cfg), tree]
+
+    ours_cache, core_cache = str(folder / f"ours-{docs}"), str(folder / f"core-{docs}")
+    core = [prefix, core_cache, WARM_SPLIT, str(request), str(args.seq_len), str(SEED)]
+    cases: dict[str, tuple[list[str], bool]] = {
+        "megatron-core": (["-c", MEGATRON_WARM_CHILD, *core], True),
+        "streamload": (ours(ours_cache), False),
+        "streamload, megatron-core's cache": (ours(core_cache), False),
+    }
+    if args.baseline_tree:
+        cases[f"streamload {args.baseline_tree}"] = (ours(ours_cache, args.baseline_tree), False)
+    cold = []
+    for label in ("megatron-core", "streamload", "streamload, megatron-core's cache"):
+        argv, megatron = cases[label]  # builds the indices (or the sequence table) once
+        child = _run(argv, args.megatron_path if megatron else None)
+        cold.append({"case": f"{label}: cold", "docs": docs} | child)
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label in cases}
+    for _ in range(args.repeats):
+        for label, (argv, megatron) in cases.items():
+            runs[label].append(_run(argv, args.megatron_path if megatron else None))
+    keys = ("seconds", "cpu_s", "peak_mib", "anon_mib", "rss_mib", "process_s")
+    warm = [
+        {"case": label, "docs": docs, "cache": got[0]["cache"]}
+        | {k: median(r[k] for r in got) for k in keys}
+        for label, got in runs.items()
+    ]
+    base = warm[0]
+    for row in warm:
+        row |= {"time_ratio": row["seconds"] / base["seconds"],
+                "peak_ratio": row["peak_mib"] / max(base["peak_mib"], 1e-9)}  # fmt: skip
+    return cold, warm
+
+
+def _run(argv: list[str], megatron_path: str | None) -> dict[str, Any]:
+    """One child (megatron-core on its path when ``megatron_path``): its row + process_s."""
+    env = os.environ.get("PYTHONPATH")
+    if megatron_path is not None:
+        os.environ["PYTHONPATH"] = megatron_path
+    try:
+        child = run_child(argv, timeout=3600)
+    finally:
+        if env is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = env
+    assert child.result is not None
+    return child.result | {"process_s": child.seconds}
+
+
+def emit_warm(
+    args: argparse.Namespace, cold: list[dict[str, Any]], warm: list[dict[str, Any]]
+) -> None:
+    """Print and record the warm start table."""
+    emit(
+        args,
+        "Megatron mode: warm start (indices cached) vs megatron-core 0.16.1, same data, one run",
+        cold + warm,
+        [
+            ("case", "case", ""),
+            ("docs", "documents", ",d"),
+            ("cache", "indices from", ""),
+            ("seconds", "start + first batch s", ".3f"),
+            ("cpu_s", "CPU s", ".3f"),
+            ("peak_mib", "peak RSS above imports MiB", ".1f"),
+            ("anon_mib", "anonymous MiB after", ".1f"),
+            ("rss_mib", "peak RSS MiB", ".0f"),
+            ("process_s", "whole process s", ".2f"),
+            ("time_ratio", "time / megatron-core", ".2f"),
+            ("peak_ratio", "peak / megatron-core", ".2f"),
+        ],
+        notes=[
+            f"Sparse .bin (uint16), real .idx; E = 3 request, split {WARM_SPLIT}, seq_len "
+            f"{args.seq_len}, batch 8. Cold rows: one run each, building the indices (the "
+            "row on megatron-core's cache builds only streamload's sequence table). Warm "
+            f"rows: medians of {args.repeats} interleaved rounds, fresh interpreter each, "
+            "timed after imports (whole process: with interpreter start and imports).",
+            "peak RSS above imports: the child's VmHWM, reset after its imports, minus its "
+            "VmRSS then (mapped pages it touches count, a whole page-cache folio per touch "
+            "on this kernel); anonymous MiB after: RssAnon at the end minus after imports "
+            "(the process's own memory). megatron-core: its builder over its cache + 8 "
+            "samples collated (create_attention_mask off).",
+        ],
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     add_common_args(parser)
     parser.add_argument("--docs", type=int_list, default=[100_000, 1_000_000, 10_000_000])
     parser.add_argument("--megatron-path", default="/tmp/mcore", help="megatron-core install")
     parser.add_argument("--first-batch-docs", type=int, default=100_000)
+    parser.add_argument(
+        "--first-batch", action=argparse.BooleanOptionalAction, default=True,
+        help="the cold/warm first-batch rows over --first-batch-docs real documents",
+    )  # fmt: skip
+    parser.add_argument("--warm-docs", type=int_list, default=[], help="warm start rows")
+    parser.add_argument("--baseline-tree", default="", help="another streamload tree, warm")
     parser.add_argument(
         "--build", action=argparse.BooleanOptionalAction, default=True, help="build-time rows"
     )
@@ -182,6 +269,15 @@ def main() -> None:
                 for n in args.docs
             ]
             emit_build(args, rows)
+        if args.warm_docs:
+            os.environ["STREAMLOAD_CACHE_DIR"] = str(folder / "storage")  # catalog cache
+            cold, warm = [], []
+            for docs in args.warm_docs:
+                rows = warm_rows(folder, docs, args)
+                cold, warm = cold + rows[0], warm + rows[1]
+            emit_warm(args, cold, warm)
+        if not args.first_batch:
+            return
         first = first_batch_rows(folder, args.first_batch_docs, args.seq_len)
         emit(
             args,

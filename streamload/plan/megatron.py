@@ -142,9 +142,12 @@ def build_document_index(
     return document_index
 
 
-def _sample_index_dtype(num_documents: int, sequence_lengths: np.ndarray) -> type[np.integer]:
-    largest = max(num_documents, int(sequence_lengths.max()) if sequence_lengths.size else 0)
-    return np.int32 if largest <= _INT32_MAX else np.int64
+def _sample_index_dtype(num_documents: int, longest: int) -> type[np.integer]:
+    return np.int32 if max(num_documents, longest) <= _INT32_MAX else np.int64
+
+
+def _longest(sequence_lengths: np.ndarray) -> int:
+    return int(sequence_lengths.max()) if sequence_lengths.size else 0
 
 
 def _shuffle_index_dtype(total_size: int) -> type[np.integer]:
@@ -198,7 +201,8 @@ def build_sample_index(
             f"(sequence {int(document_index[-1])}) is empty, so its end offset is -1; "
             "megatron-core rejects this (assertion in helpers.build_sample_idx)"
         )
-    out = np.empty((n + 1, 2), dtype=_sample_index_dtype(document_index.size, sequence_lengths))
+    dtype = _sample_index_dtype(document_index.size, _longest(sequence_lengths))
+    out = np.empty((n + 1, 2), dtype=dtype)
     out[0] = 0
     out[1:, 0] = rows
     out[1:, 1] = offsets
@@ -304,13 +308,14 @@ def build_gpt_indices(
 
 
 def gpt_index_dtypes(
-    num_documents: int, sequence_lengths: np.ndarray, num_samples: int
+    num_documents: int, longest: int, num_samples: int
 ) -> tuple[np.dtype, np.dtype, np.dtype]:
     """The dtypes megatron-core gives the document, sample and shuffle index of a dataset with
-    ``num_documents`` document-index entries and ``num_samples`` samples (int32; int32 or
-    int64; uint32 or int64)."""
+    ``num_documents`` document-index entries, ``num_samples`` samples and ``longest`` tokens
+    in its longest sequence (of the whole IndexedDataset): int32; int32 or int64; uint32 or
+    int64."""
     return (
         np.dtype(np.int32),
-        np.dtype(_sample_index_dtype(num_documents, sequence_lengths)),
+        np.dtype(_sample_index_dtype(num_documents, longest)),
         np.dtype(_shuffle_index_dtype(num_samples)),
     )

@@ -45,6 +45,7 @@ __all__ = [
     "gpt_index_size",
     "megatron_index_size",
     "megatron_layout",
+    "split_index_size",
 ]
 
 SPLIT_NAMES = ("train", "valid", "test")
@@ -211,7 +212,29 @@ def gpt_index_size(
     drop_last_partial: bool = True,
 ) -> IndexSize:
     """The size of ``build_gpt_indices``' arrays for the split ``[begin, end)``, from the
-    same arithmetic and dtype rules, without building anything (O(1) beyond one sum).
+    same arithmetic and dtype rules, without building anything (O(1) beyond one sum and one
+    maximum; :func:`split_index_size` from the two).
+
+    Raises:
+        ConfigError: the split holds no tokens (as building would).
+    """
+    tokens = int(np.sum(sequence_lengths[begin:end], dtype=np.int64))
+    longest = int(sequence_lengths.max()) if sequence_lengths.size else 0
+    return split_index_size(tokens, end - begin, longest, num_samples, seq_len,
+                            add_extra_token, drop_last_partial)  # fmt: skip
+
+
+def split_index_size(
+    tokens_per_epoch: int,
+    sequences: int,
+    longest: int,
+    num_samples: int | None,
+    seq_len: int,
+    add_extra_token: bool = True,
+    drop_last_partial: bool = True,
+) -> IndexSize:
+    """The size of a GPT split's indices from its token count, its sequence count and the
+    longest sequence of the whole dataset (O(1)).
 
     ``arrays = 4·E·n + 2·(N + 1)·s + N·u`` bytes (``s``, ``u``: the sample and shuffle index
     item sizes, 4 or 8) and ``peak = arrays + 24·E·n + 32·N``.
@@ -220,13 +243,12 @@ def gpt_index_size(
         ConfigError: the split holds no tokens (as building would).
     """
     extra = int(add_extra_token)
-    tokens_per_epoch = int(np.sum(sequence_lengths[begin:end], dtype=np.int64))
     epochs = num_epochs(tokens_per_epoch, num_samples, seq_len, extra)
-    documents = epochs * (end - begin)
+    documents = epochs * sequences
     samples = max(
         num_samples_in_index(tokens_per_epoch, epochs, seq_len, extra, drop_last_partial), 0
     )
-    _, sample_dtype, shuffle_dtype = gpt_index_dtypes(documents, sequence_lengths, samples)
+    _, sample_dtype, shuffle_dtype = gpt_index_dtypes(documents, longest, samples)
     sample_item, shuffle_item = sample_dtype.itemsize, shuffle_dtype.itemsize
     arrays = 4 * documents + 2 * (samples + 1) * sample_item + samples * shuffle_item
     peak = arrays + _BUILD_BYTES_PER_DOCUMENT * documents + _BUILD_BYTES_PER_SAMPLE * samples

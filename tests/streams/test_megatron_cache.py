@@ -40,12 +40,16 @@ def test_own_cache_is_written_once_and_mapped(prefixes: dict[str, str], tmp_path
     cfg["sampling"]["cache_dir"] = str(tmp_path)
     first = stream_of(cfg)
     files = sorted(p.name for p in tmp_path.iterdir())
-    assert len(files) == 9 and sum(f.endswith("description.json") for f in files) == 1
+    tables = [f for f in files if "-streamload-megatron-sequences-" in f]
+    indices = [f for f in files if f not in tables]
+    assert len(indices) == 9 and sum(f.endswith("description.json") for f in indices) == 1
+    assert len(tables) == 2 * 5 and sum(f.endswith("description.json") for f in tables) == 2
     assert not any(f.endswith((".tmp", ".lock")) for f in files)
     stamps = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     second = stream_of(cfg)
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == stamps  # not rebuilt
     assert all(isinstance(a, np.memmap) for a in second._arrays.values())
+    assert all(s.sequences.files is not None for s in second.sources)  # mapped, not rebuilt
     ids = np.arange(second.pass_length or 0)
     np.testing.assert_array_equal(second.read(0, ids)[0], first.read(0, ids)[0])
     np.testing.assert_array_equal(second.read(0, ids)[0], load("blend_train")[1]["text"])
@@ -56,7 +60,7 @@ def test_other_inputs_get_other_files(prefixes: dict[str, str], tmp_path: Path) 
         cfg = config_of("gpt_e1_n", prefixes) | {"seed": seed}
         cfg["sampling"]["cache_dir"] = str(tmp_path)
         stream_of(cfg)
-    assert len(list(tmp_path.glob("*description.json"))) == 2
+    assert len(list(tmp_path.glob("*-streamload-megatron-description.json"))) == 2
 
 
 @pytest.mark.slow
@@ -119,7 +123,7 @@ def test_two_jobs_share_a_folder(prefixes: dict[str, str], tmp_path: Path) -> No
         texts = pool.map(_read_all, [cfg, cfg])
     np.testing.assert_array_equal(texts[0], load("blend_valid")[1]["text"][:40])
     np.testing.assert_array_equal(texts[1], texts[0])
-    assert len(list(tmp_path.glob("*description.json"))) == 1
+    assert len(list(tmp_path.glob("*-streamload-megatron-description.json"))) == 1
 
 
 def _read_all(cfg: dict[str, Any]) -> np.ndarray:
@@ -149,8 +153,8 @@ def test_reads_megatron_core_cache_files(prefixes: dict[str, str], tmp_path: Pat
     stream = stream_of(cfg)
     assert stream._files is not None
     assert all("-GPTDataset-train-" in path for path in stream._files.values())
-    ours = [p.name for p in tmp_path.glob("*streamload*")]  # only the digests of its files
-    assert ours == [
+    ours = [p.name for p in tmp_path.glob("*streamload*") if "-sequences-" not in p.name]
+    assert ours == [  # beside the sequence table: only the digests of its files
         "1a12883e83b7ba6fe8cf7bf7f54c3629-GPTDataset-train-streamload-megatron-digests.json"
     ]
     ids = np.arange(stream.pass_length or 0)
@@ -237,4 +241,4 @@ def test_a_dataset_rewritten_at_the_same_size_gets_new_indices(tmp_path: Path) -
     cached = stream_of(cfg(path, tmp_path / "cache")).read(0, ids)[0]
     fresh = stream_of(cfg(path, tmp_path / "fresh")).read(0, ids)[0]
     np.testing.assert_array_equal(cached, fresh)
-    assert len(list((tmp_path / "cache").glob("*description.json"))) == 2
+    assert len(list((tmp_path / "cache").glob("*-streamload-megatron-description.json"))) == 2

@@ -136,7 +136,7 @@ def test_a_copied_cache_is_verified_once_and_then_trusted(
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     cfg = _cfg(CASE, prefixes, tmp_path / "b")
     _assert_golden(_quietly(cfg), CASE)
-    description = next((tmp_path / "b").glob("*description.json"))
+    description = next((tmp_path / "b").glob("*-streamload-megatron-description.json"))
     stamps = {k: v["stat"] for k, v in json.loads(description.read_text())["arrays"].items()}
     for name, stat in stamps.items():
         info = next((tmp_path / "b").glob(f"*-{name}.npy")).stat()

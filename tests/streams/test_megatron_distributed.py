@@ -43,7 +43,7 @@ def test_ranks_share_one_build(tmp_path: Path) -> None:
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     merged = np.concatenate([torch.cat([a, b]).numpy() for a, b in zip(*ranks, strict=True)])
     np.testing.assert_array_equal(merged, load("blend_train")[1]["text"][: merged.shape[0], :-1])
-    assert len(list((tmp_path / "cache").glob("*description.json"))) == 1
+    assert len(list((tmp_path / "cache").glob("*-streamload-megatron-description.json"))) == 1
     assert not list((tmp_path / "cache").glob("*.lock"))
 
 

@@ -4,7 +4,8 @@ Random sources (document lengths), seq_len, num_samples, weights (or none), spli
 the reference builds each GPT dataset with ``ref_gpt`` (tests/plan/test_megatron.py), blends with
 ``ref_blending`` (tests/plan/test_megatron_blend.py) after Megatron's surplus sizes, and reads every
 sample token by token as §2.8 says. The index builders themselves have their own properties
-in those files; this one covers the layout, the blend wiring and the vectorized read.
+in those files; this one covers the layout, the blend wiring and the vectorized read (of
+sources of one to three shards: the sequence table over shards).
 """
 
 from __future__ import annotations
@@ -80,6 +81,22 @@ def reference(datasets, weights, split, which, num_samples, seq_len, seed, extra
     return [ref_text(*datasets[d], gpts[d], j, seq_len, extra) for d, j in picks]
 
 
+def write_shards(folder: Path, tokens, sizes, parts: int, rng) -> str:
+    """The sequences as ``parts`` Megatron datasets in ``folder`` (one source of several
+    shards, cut between sequences, each shard holding tokens); returns the source path."""
+    ends = np.cumsum(sizes)
+    cuts = [k for k in range(1, len(sizes)) if 0 < ends[k - 1] < ends[-1]]
+    chosen = sorted(rng.choice(cuts, min(parts - 1, len(cuts)), replace=False).tolist())
+    folder.mkdir()
+    start = 0
+    for part, (a, b) in enumerate(zip([0, *chosen], [*chosen, len(sizes)], strict=True)):
+        with MegatronWriter(folder / f"part{part}", np.uint16) as writer:
+            for n in sizes[a:b]:
+                writer.add_document(tokens[start : start + n], lengths=[n])
+                start += n
+    return str(folder) if chosen else str(folder / "part0.bin")
+
+
 @st.composite
 def cases(draw):
     count = draw(st.integers(1, 3))
@@ -120,13 +137,8 @@ def test_stream_matches_the_literal_reading(case) -> None:
         sources, datasets = [], []
         for d, sizes in enumerate(lengths):
             tokens = rng.integers(0, 500, sum(sizes)).astype(np.uint16)
-            prefix = Path(folder) / f"d{d}"
-            with MegatronWriter(prefix, np.uint16) as writer:
-                start = 0
-                for n in sizes:
-                    writer.add_document(tokens[start : start + n], lengths=[n])
-                    start += n
-            sources.append({"name": f"d{d}", "path": f"{prefix}.bin"}
+            path = write_shards(Path(folder) / f"d{d}", tokens, sizes, 1 + seed % 3, rng)
+            sources.append({"name": f"d{d}", "path": path}
                            | ({} if weights is None else {"weight": weights[d]}))  # fmt: skip
             datasets.append((tokens.astype(np.int64), np.array(sizes, np.int32)))
         sampling = {"mode": "megatron", "split": split, "split_name": ["train", "valid"][which],

@@ -19,7 +19,6 @@ for a blend.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 from collections.abc import Sequence
@@ -39,8 +38,8 @@ from streamload.plan.megatron_layout import (
     MegatronLayout,
     build_blend,
     build_megatron_indices,
-    gpt_index_size,
     megatron_index_size,
+    split_index_size,
 )
 from streamload.util.index_cache import load_or_build
 
@@ -78,7 +77,7 @@ def load_indices(
 
     def build() -> Arrays:
         s = config.sampling
-        lengths = [src.sequence_lengths for src in sources]
+        lengths = [src.sequences.all_lengths() for src in sources]
         check_room(
             megatron_index_size(layout, lengths, config.seq_len, s.add_extra_token,
                                 s.drop_last_partial),
@@ -93,10 +92,6 @@ def load_indices(
     return load_or_build(config.sampling.cache_dir, description, build)
 
 
-def _digest(lengths: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(lengths, dtype=np.int32).tobytes()).hexdigest()
-
-
 def index_description(
     config: DataConfig, sources: Sequence[MegatronSource], layout: MegatronLayout
 ) -> dict[str, Any]:
@@ -106,8 +101,9 @@ def index_description(
         "algorithm": ALGORITHM,
         "data": [src.catalog.fingerprint() for src in sources],
         # What the indices are built from, so a file rewritten at the same size (the data
-        # fingerprint's view) never reuses the indices of the documents it replaced.
-        "sequence_lengths": [_digest(src.sequence_lengths) for src in sources],
+        # fingerprint's view) never reuses the indices of the documents it replaced: the
+        # sha256 of the int32 lengths, recorded in the sequence table when it was built.
+        "sequence_lengths": [src.sequences.lengths_sha256 for src in sources],
         "layout": [list(d) for d in layout.datasets],
         "blend": [layout.blend, layout.weights, layout.blend_size],
         "num_samples": s.num_samples,
@@ -190,9 +186,11 @@ def _megatron_core(
         "sequence_length": config.seq_len,
         "split_matrix": matrix,
     }
-    size = gpt_index_size(source.sequence_lengths, spec.begin, spec.end, spec.num_samples,
-                          config.seq_len, s.add_extra_token, s.drop_last_partial)  # fmt: skip
-    dtypes = gpt_index_dtypes(size.documents, source.sequence_lengths, size.samples)
+    table = source.sequences
+    size = split_index_size(table.tokens(spec.begin, spec.end), spec.end - spec.begin,
+                            table.longest, spec.num_samples, config.seq_len,
+                            s.add_extra_token, s.drop_last_partial)  # fmt: skip
+    dtypes = gpt_index_dtypes(size.documents, table.longest, size.samples)
     shapes = ((size.documents,), (size.samples + 1, 2), (size.samples,))
 
     def check(arrays: Arrays) -> bool:

@@ -3,7 +3,10 @@
 A source's sequences are its shards' sequences in listing order (for a Megatron ``.bin/.idx``
 the ``.idx`` sequences, GPTDataset's "documents"; for other formats the format's documents),
 as if ``tools/merge_datasets.py`` had merged the shards. A format without a document index
-has no sequences and is rejected.
+has no sequences and is rejected. Where each sequence starts in the source's token stream and
+how long it is come from the source's sequence table (:mod:`.sequences`): built from the
+shards' indices once per job, then mapped by every rank and worker (a warm start reads no
+document index), and the shard of a sequence is found from its start.
 
 Reading a chunk is one gather: every sample spans a run of document-index positions; the
 pieces (one per position) are listed with ``np.repeat`` and their tokens copied by one fancy
@@ -21,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
-from streamload.errors import ConfigError, FormatError, RemoteReadError
+from streamload.config import DataConfig
+from streamload.errors import ConfigError, RemoteReadError
+from streamload.modes.megatron.sequences import load_sequence_table, table_arrays
 from streamload.plan.megatron import GPTIndices
 from streamload.streams.shard_set import ShardSet, loss_mask_set, skip_unreadable
 
@@ -38,27 +43,18 @@ class MegatronSource:
         catalog: The described source.
     """
 
-    def __init__(self, catalog: SourceCatalog) -> None:
+    def __init__(self, catalog: SourceCatalog, config: DataConfig) -> None:
         self.catalog = catalog
         self.name = catalog.config.name
         self.shards = ShardSet(catalog.shards)
         self.loss_masks = loss_mask_set(catalog.shards)
-        jsonl = [s.path for s in catalog.shards if s.format == "jsonl"]
-        if jsonl:
+        if "jsonl" in catalog.shards.facts.formats:  # else no shard is decoded at start
+            jsonl = [s.path for s in catalog.shards if s.format == "jsonl"]
             raise ConfigError(
                 f"source {self.name!r}: sampling.mode = 'megatron' reads token files; "
                 f"{jsonl[0]} is a jsonl file (pre-tokenize it with streamload tokenize)"
             )
-        bounds = [self._bounds(i) for i in range(len(catalog.shards))]
-        self.shard_of_sequence = np.repeat(
-            np.arange(len(bounds), dtype=np.int32), [b.shape[0] - 1 for b in bounds]
-        )
-        starts = [b[:-1] + self.shards.offsets[i] for i, b in enumerate(bounds)]
-        self.sequence_starts = np.concatenate(starts) if starts else np.zeros(0, np.int64)
-        lengths = np.concatenate([np.diff(b) for b in bounds])
-        if lengths.size and int(lengths.max()) > np.iinfo(np.int32).max:
-            raise FormatError(f"source {self.name!r}: a sequence holds more than 2**31 tokens")
-        self.sequence_lengths = lengths.astype(np.int32)
+        self.sequences = load_sequence_table(config, catalog, self._table)
         self.num_windows = 1
         self.limit: int | None = None  # no mixture policy: Megatron decides the epochs
         self.indices: GPTIndices | None = None
@@ -67,7 +63,12 @@ class MegatronSource:
     @property
     def num_sequences(self) -> int:
         """Sequences of the source (Megatron's ``num_elements``)."""
-        return int(self.sequence_lengths.shape[0])
+        return self.sequences.count
+
+    @property
+    def sequence_starts(self) -> np.ndarray:
+        """int64 ``[S]``: stream offset of each sequence (mapped)."""
+        return self.sequences.starts
 
     @property
     def prefix(self) -> str | None:
@@ -76,6 +77,11 @@ class MegatronSource:
         if len(shards) == 1 and shards[0].format == "megatron" and shards[0].path.endswith(".bin"):
             return shards[0].path[: -len(".bin")]
         return None
+
+    def _table(self) -> dict[str, np.ndarray]:
+        """Build the sequence table from every shard's document index (once per job)."""
+        bounds = [self._bounds(i) for i in range(len(self.catalog.shards))]
+        return table_arrays(bounds, self.shards.offsets, self.name)
 
     def _bounds(self, index: int) -> np.ndarray:
         shard = self.shards.shard(index)
@@ -89,6 +95,15 @@ class MegatronSource:
                 "with documents (e.g. `streamload convert --to megatron`)"
             )
         return np.asarray(bounds, dtype=np.int64)
+
+    def _shard_of(self, sequence: np.ndarray) -> np.ndarray:
+        """The shard of each sequence (of those with tokens: an empty sequence at a shard's
+        end may name the next shard; it is never read)."""
+        offsets = self.shards.offsets
+        if offsets.shape[0] <= 2:
+            return np.zeros(sequence.shape, dtype=np.int64)
+        found = np.searchsorted(offsets, self.sequences.starts[sequence], side="right") - 1
+        return np.minimum(found, offsets.shape[0] - 2)
 
     def attach(self, indices: GPTIndices, tokens_per_epoch: int, seq_len: int, extra: int) -> None:
         """Use the built indices; ``num_windows`` becomes the samples of one data epoch."""
@@ -114,11 +129,11 @@ class MegatronSource:
         before = np.cumsum(size) - size  # flat start of each piece
         in_row = before - np.repeat(np.cumsum(lengths) - lengths, pieces)
         step = np.arange(int(size.sum()), dtype=np.int64) - np.repeat(before, size)
-        source = np.repeat(self.sequence_starts[sequence] + start, size) + step
+        source = np.repeat(self.sequences.starts[sequence] + start, size) + step
         target = np.repeat(row * width + in_row, size) + step
         padded = bool((lengths < width).any())
         out = np.full((n, width), PAD_TOKEN, np.int64) if padded else None
-        shard_ids = np.repeat(self.shard_of_sequence[sequence], size)
+        shard_ids = np.repeat(self._shard_of(sequence), size)
         flat, failed, culprit = self._gather(self.shards, source, shard_ids)
         if out is None:
             out = flat.reshape(n, width)
@@ -149,7 +164,7 @@ class MegatronSource:
         sequence = np.asarray(doc_index[position], dtype=np.int64)
         start = np.zeros(total, dtype=np.int64)
         start[first] = begin[:, 1]
-        stop = self.sequence_lengths[sequence].astype(np.int64)
+        stop = self.sequences.lengths(sequence)
         stop[first + pieces - 1] = end[:, 1] + self.extra
         return pieces, sequence, start, stop - start
 
@@ -169,8 +184,8 @@ class MegatronSource:
         _, sequence, start, size = self._pieces(local)
         keep = size > 0
         sequence, start, size = sequence[keep], start[keep], size[keep]
-        shard_ids = self.shard_of_sequence[sequence]
-        begin = self.sequence_starts[sequence] + start - self.shards.offsets[shard_ids]
+        shard_ids = self._shard_of(sequence)
+        begin = self.sequences.starts[sequence] + start - self.shards.offsets[shard_ids]
         self.shards.prefetch_pieces(shard_ids, begin, size)
 
     def _gather(

@@ -59,7 +59,7 @@ class MegatronStream:
         self.ended_by: str | None = None
         sampling = config.sampling
         self.extra = int(sampling.add_extra_token)
-        self.sources = tuple(MegatronSource(c) for c in catalogs)
+        self.sources = tuple(MegatronSource(c, config) for c in catalogs)
         weighted = all(s.weight is not None for s in config.sources)
         weights = [float(s.weight or 0.0) for s in config.sources] if weighted else None
         assert sampling.num_samples is not None  # SamplingConfig requires it in this mode
@@ -81,7 +81,7 @@ class MegatronStream:
     def _attach(self) -> None:
         for d, (source, spec) in enumerate(zip(self.sources, self.blend.datasets, strict=True)):
             gpt = GPTIndices(*(self._arrays[f"ds{d}_{k}"] for k in GPT_FIELDS))
-            tpe = int(source.sequence_lengths[spec.begin : spec.end].sum(dtype=np.int64))
+            tpe = source.sequences.tokens(spec.begin, spec.end)
             source.attach(gpt, tpe, self.seq_len, self.extra)
         blend = self._arrays.get("dataset_index")
         length = int(self._arrays["ds0_shuffle_index"].shape[0]) if blend is None else blend.size
