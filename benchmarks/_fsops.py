@@ -278,6 +278,7 @@ class Syscalls:
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def _count(self, line: str) -> None:
+        area: str | None
         if _GETDENTS.match(line):
             area, name = "dirents", "getdents64"
         else:

@@ -28,6 +28,7 @@ import struct
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,15 @@ SHARD_FORMATS = ("megatron", "numpy", "raw", "dolma")
 DOC_FORMATS = ("megatron", "dolma")
 _MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 _UINT16_CODE = 8
+
+
+def _write_bytes(body: bytes, path: Path) -> None:
+    path.write_bytes(body)
+
+
+def _write_sparse(size: int, path: Path) -> None:
+    with open(path, "wb") as fh:
+        fh.truncate(size)
 
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -130,7 +140,7 @@ def ensure_shards(data_dir: str | os.PathLike[str], fmt: str, count: int) -> Pat
     for i in range(count):
         for name, body in _shard_files(fmt, i, tokens).items():
             if not (folder / name).exists():
-                _atomic(folder / name, lambda p, b=body: p.write_bytes(b))
+                _atomic(folder / name, partial(_write_bytes, body))
     marker.touch()
     print(f"wrote {count} {fmt} shards in {time.perf_counter() - began:.1f} s", file=sys.stderr)
     return folder
@@ -154,20 +164,16 @@ def ensure_documents(data_dir: str | os.PathLike[str], fmt: str, count: int) -> 
     shards = math.ceil(count / DOCS_PER_BIG_SHARD)
     for i in range(shards):
         part = lengths[i * DOCS_PER_BIG_SHARD : (i + 1) * DOCS_PER_BIG_SHARD]
-        nbytes = int(part.sum()) * 2
-
-        def sparse(path: Path, size: int = nbytes) -> None:
-            with open(path, "wb") as fh:
-                fh.truncate(size)
+        sparse = partial(_write_sparse, int(part.sum()) * 2)
 
         if fmt == "megatron":
             _atomic(folder / f"shard_{i:04d}.bin", sparse)
             index = _megatron_index(part, 2)
-            _atomic(folder / f"shard_{i:04d}.idx", lambda p, b=index: p.write_bytes(b))
+            _atomic(folder / f"shard_{i:04d}.idx", partial(_write_bytes, index))
         else:
             rows = gzip.compress(_dolma_rows(part, i * DOCS_PER_BIG_SHARD), compresslevel=1)
             _atomic(folder / f"part-{i:04d}.npy", sparse)
-            _atomic(folder / f"part-{i:04d}.csv.gz", lambda p, b=rows: p.write_bytes(b))
+            _atomic(folder / f"part-{i:04d}.csv.gz", partial(_write_bytes, rows))
     marker.touch()
     print(f"wrote {count} {fmt} documents in {time.perf_counter() - began:.1f} s", file=sys.stderr)
     return folder

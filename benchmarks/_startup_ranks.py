@@ -24,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,18 @@ from _fsops import install, metadata_ops
 from _scale_corpus import ensure_shards
 from _startup_scale import scale_config
 
-__all__ = ["RANK_COLUMNS", "measure_ranks", "serve_ranks"]
+__all__ = ["RANK_COLUMNS", "RANK_NOTES", "measure_ranks", "serve_ranks"]
+
+RANK_NOTES = [
+    "Ranks: one server process imports streamload once and forks the ranks, at most "
+    "--rank-concurrency alive (the next starts when one ends); each sets RANK, WORLD_SIZE, "
+    "LOCAL_RANK, calls build_loader(rank=, world_size=) with batch size 1 and takes one "
+    "batch. cold = the shared cache folder empty at the first rank; warm = a second job "
+    "start on it. Times are wall and CPU of build + first batch inside each rank; with 50 "
+    "ranks on 2 cores, wall is mostly waiting for a core. 'wrote into the cache' = ranks "
+    "that opened for writing, renamed into or made a folder below that cache folder "
+    "(catalog/: the shard catalog; plans/ or megatron/: the indices); '.' = the cache root.",
+]
 
 
 def _one_rank(counter: Any, spec: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +84,9 @@ def _fork_rank(counter: Any, spec: dict[str, Any], rank: int, out: Path) -> int:
 
 def serve_ranks(spec: dict[str, Any]) -> dict[str, Any]:
     """In a fresh process: import once, fork every rank (bounded concurrency), collect."""
+    # One thread per rank (set before torch loads): the ranks share 2 cores, and a fork must
+    # not inherit a BLAS or OpenMP pool.
+    os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     counter = install(spec["data_root"], spec["cache_root"])
     import streamload.loader  # noqa: F401  (imported once, before the forks)
 
@@ -91,7 +106,7 @@ def serve_ranks(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _summary(phase: str, group: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    def stats(values: list[float]) -> tuple[float, float]:
+    def stats(values: Sequence[float]) -> tuple[float, float]:
         return (statistics.median(values), max(values)) if values else (float("nan"),) * 2
 
     data = [metadata_ops(r["ops"], ("data",)) for r in ranks]

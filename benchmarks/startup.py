@@ -49,7 +49,7 @@ from _common import (
     str_list,
     worker_label,
 )
-from _startup_ranks import RANK_COLUMNS, measure_ranks, serve_ranks
+from _startup_ranks import RANK_COLUMNS, RANK_NOTES, measure_ranks, serve_ranks
 from _startup_scale import (
     MODES,
     SCALE_COLUMNS,
@@ -215,9 +215,6 @@ def use_repo(repo: str) -> None:
     sys.path.insert(0, repo)
     rest = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = repo + (os.pathsep + rest if rest else "")
-    # One thread per process: 50 ranks share 2 cores, and forks must not inherit a BLAS pool.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 SCALE_NOTES = [
@@ -233,8 +230,12 @@ SCALE_NOTES = [
     "Operations (_fsops.py): os.stat/lstat/access/scandir/listdir wrapped (os.path.* and "
     "pathlib go through them) and open/glob counted by audit hook, in the child, from after "
     "the imports; corpus = paths under the corpus folder, cache = under the cache folder. "
-    "meta ops = stat + lstat + access + scandir + listdir + open + glob (fstat and mmap of "
-    "open files not included; by kind in the JSON).",
+    "meta ops = stat + lstat + access + scandir + listdir + listed + open + glob, where "
+    "listed = the entries a listing returned (fsspec's ls(detail=True) stats each through "
+    "DirEntry.stat, which no wrapper sees); fstat and mmap of open files not included; by "
+    "kind in the JSON. strace = the kernel's count of file-name syscalls on corpus paths in "
+    "a third (warm) start traced by strace -f (first repeat; not timed); getdents64 = "
+    "directory reads of any folder.",
     "k = growth exponent: least-squares slope of log(value) on log(size) over the sizes "
     "measured (1 = linear in shards or documents, 0 = flat).",
 ]
@@ -284,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     tables = run_scale(args)
     if tables:
         notes = [f"Medians of {args.repeats} round-robin repeat(s).", *SCALE_NOTES]
+        notes += RANK_NOTES if "ranks" in args.suites else []
         emit_tables(args, args.title, tables, notes)
 
 
