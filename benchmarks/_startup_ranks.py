@@ -84,8 +84,7 @@ def _fork_rank(counter: Any, spec: dict[str, Any], rank: int, out: Path) -> int:
 
 def serve_ranks(spec: dict[str, Any]) -> dict[str, Any]:
     """In a fresh process: import once, fork every rank (bounded concurrency), collect."""
-    # One thread per rank (set before torch loads): the ranks share 2 cores, and a fork must
-    # not inherit a BLAS or OpenMP pool.
+    # One thread per rank, even when the caller set more: a fork must not inherit a pool.
     os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     counter = install(spec["data_root"], spec["cache_root"])
     import streamload.loader  # noqa: F401  (imported once, before the forks)

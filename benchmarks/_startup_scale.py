@@ -220,6 +220,18 @@ def growth_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _tree_commit(tree: str) -> str:
+    """The tree's commit (``+dirty`` when its ``streamload/`` is edited), else ``unknown``."""
+    import subprocess
+
+    def git(*argv: str) -> str:
+        done = subprocess.run(["git", "-C", tree, *argv], capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown commit"
+    return head + ("+dirty" if git("status", "--porcelain", "--", "streamload") else "")
+
+
 def emit_tables(
     args: argparse.Namespace,
     title: str,
@@ -229,6 +241,10 @@ def emit_tables(
     """Like :func:`emit` for several tables under one title: one section in RESULTS.md, one
     JSON object (each row tagged with its table's ``table`` name)."""
     machine = machine_info()
+    origin = str(machine.get("streamload", ""))
+    if "imported from " in origin:  # --repo: name the tree's commit too
+        tree = origin.split("imported from ", 1)[1].rstrip(")")
+        machine["streamload"] = f"{origin[:-1]}, {_tree_commit(tree)})"
     command = "python " + shlex.join(
         [os.path.relpath(sys.argv[0], BENCH_DIR.parent), *sys.argv[1:]]
     )

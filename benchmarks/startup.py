@@ -215,6 +215,10 @@ def use_repo(repo: str) -> None:
     sys.path.insert(0, repo)
     rest = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = repo + (os.pathsep + rest if rest else "")
+    # One BLAS/OpenMP thread per child, as in the "before" runs of RESULTS.md (a start is
+    # single-threaded numpy; the machine is 2 shared cores; a fork must not inherit a pool).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 SCALE_NOTES = [
