@@ -104,6 +104,7 @@ def measure_start(spec: dict[str, Any]) -> dict[str, Any]:
         "ops": counter.snapshot(),
         "written": counter.written(),
         "syscalls": calls.counts if calls is not None else {},
+        "streamload": streamload.__file__,
     }
 
 
