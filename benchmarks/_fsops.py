@@ -108,16 +108,18 @@ class OpCounter:
         with self._lock:
             self._counts[area, kind] = self._counts.get((area, kind), 0) + count
             if area == "cache" and kind in _WRITES:
-                top = self._top_folder(path)
-                self._written[top] = self._written.get(top, 0) + 1
+                key = f"{self._top_folder(path)}:{kind}"
+                self._written[key] = self._written.get(key, 0) + 1
 
     def _top_folder(self, path: Any) -> str:
         relative = os.path.relpath(os.path.abspath(os.fsdecode(path)), self._roots[1][1])
         return relative.split(os.sep, 1)[0] if os.sep in relative else "."
 
     def written(self) -> dict[str, int]:
-        """Writes (opens for writing, renames, folders made) per top folder of the cache:
-        which caches this process built (``catalog``, ``plans``, ``megatron``...)."""
+        """Writes per ``"<top folder of the cache>:<kind>"`` (``open_write``, ``rename``,
+        ``mkdir``): a ``rename`` into ``catalog``, ``plans`` or ``megatron`` publishes a
+        built cache entry (written under a temporary name, then renamed); an ``open_write``
+        alone may be a lock file."""
         with self._lock:
             return dict(sorted(self._written.items()))
 

@@ -41,9 +41,10 @@ RANK_NOTES = [
     "LOCAL_RANK, calls build_loader(rank=, world_size=) with batch size 1 and takes one "
     "batch. cold = the shared cache folder empty at the first rank; warm = a second job "
     "start on it. Times are wall and CPU of build + first batch inside each rank; with 50 "
-    "ranks on 2 cores, wall is mostly waiting for a core. 'wrote into the cache' = ranks "
-    "that opened for writing, renamed into or made a folder below that cache folder "
-    "(catalog/: the shard catalog; plans/ or megatron/: the indices); '.' = the cache root.",
+    "ranks on 2 cores, wall is mostly waiting for a core. 'published' = ranks that renamed a "
+    "file into that cache folder (an entry they built: written under a temporary name, "
+    "then renamed; catalog/: the shard catalog; plans/ or megatron/: the indices); 'opened "
+    "for writing' also counts lock files; '.' = the cache root.",
 ]
 
 
@@ -115,11 +116,15 @@ def _summary(phase: str, group: str, ranks: list[dict[str, Any]]) -> dict[str, A
     row["cpu_med_s"], row["cpu_max_s"] = stats([r["cpu_s"] for r in ranks])
     row["data_meta_med"], row["data_meta_max"] = stats(data)
     row["cache_meta_med"], row["cache_meta_max"] = stats(cache)
-    builders: dict[str, int] = {}
-    for r in ranks:
-        for folder in r["written"]:
-            builders[folder] = builders.get(folder, 0) + 1
-    row["writers"] = ", ".join(f"{k}: {v}" for k, v in sorted(builders.items())) or "none"
+    for kind, column in (("rename", "published"), ("open_write", "opened_for_write")):
+        ranks_per_folder: dict[str, int] = {}
+        for r in ranks:
+            for key in r["written"]:
+                folder, _, what = key.rpartition(":")
+                if what == kind:
+                    ranks_per_folder[folder] = ranks_per_folder.get(folder, 0) + 1
+        row[column] = ", ".join(f"{k}: {v}" for k, v in sorted(ranks_per_folder.items()))
+        row[column] = row[column] or "none"
     return row
 
 
@@ -162,5 +167,6 @@ RANK_COLUMNS = [
     ("data_meta_max", "corpus meta ops max", ".0f"),
     ("cache_meta_med", "cache meta ops med", ".0f"),
     ("cache_meta_max", "cache meta ops max", ".0f"),
-    ("writers", "ranks that wrote into the cache (by folder)", ""),
+    ("published", "ranks that published cache entries (renamed in, by folder)", ""),
+    ("opened_for_write", "ranks that opened a cache file for writing", ""),
 ]
