@@ -137,7 +137,13 @@ def measure_ranks(args: Any) -> list[dict[str, Any]]:
         for phase in args.rank_phases:
             out = Path(tempfile.mkdtemp(prefix="ranks-out-", dir=args.data_dir))
             config = scale_config(
-                args.rank_format, folder, args.rank_mode, cache, args.seq_len, 10 * args.ranks
+                args.rank_format,
+                folder,
+                args.rank_mode,
+                cache,
+                args.seq_len,
+                10 * args.ranks,
+                args.trust_catalog,
             )
             spec = {"config": config, "batch_size": 1, "world_size": args.ranks,
                     "concurrency": args.rank_concurrency, "data_root": str(folder),

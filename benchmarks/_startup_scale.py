@@ -57,9 +57,16 @@ MODES = ("concat", "concat+masks", "packed", "padded", "megatron")
 
 
 def scale_config(
-    fmt: str, folder: Path, mode: str, cache: Path, seq_len: int, num_samples: int
+    fmt: str,
+    folder: Path,
+    mode: str,
+    cache: Path,
+    seq_len: int,
+    num_samples: int,
+    trust_catalog: bool = False,
 ) -> dict[str, Any]:
-    """The loader config of one case (shuffled, one source, every cache under ``cache``)."""
+    """The loader config of one case (shuffled, one source, every cache under ``cache``);
+    ``trust_catalog`` sets ``storage.trust_catalog`` (an error on trees without it)."""
     name = mode.split("+")[0]
     sampling: dict[str, Any] = {"mode": name, "shuffle": True}
     config: dict[str, Any] = {
@@ -72,6 +79,8 @@ def scale_config(
         "packing": {"masks": mode == "concat+masks"},
         "storage": {"cache_dir": str(cache)},
     }
+    if trust_catalog:  # only when asked: older trees refuse the key
+        config["storage"]["trust_catalog"] = True
     if name in ("packed", "padded"):
         config["pad_token_id"] = PAD
     if name == "megatron":  # megatron-core's arguments: a sample count, an index cache folder
@@ -134,7 +143,9 @@ def _corpus(args: Any, case: dict[str, Any]) -> Path:
 def _run(
     args: Any, case: dict[str, Any], folder: Path, cache: Path, strace: bool = False
 ) -> dict[str, Any]:
-    config = scale_config(case["format"], folder, case["mode"], cache, args.seq_len, 10_000)
+    config = scale_config(
+        case["format"], folder, case["mode"], cache, args.seq_len, 10_000, args.trust_catalog
+    )
     spec = {
         "config": config,
         "batch_size": args.batch_size,

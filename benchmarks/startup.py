@@ -186,6 +186,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--doc-formats", type=str_list, default=["megatron", "dolma"])
     add("--doc-modes", type=str_list, default=["concat+masks", "packed", "megatron"])
     add(
+        "--trust-catalog",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="set storage.trust_catalog (trees that have it): no listing at a warm start",
+    )
+    add(
         "--strace",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -263,7 +269,8 @@ def run_scale(args: argparse.Namespace) -> list[tuple[str, list[dict[str, Any]],
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    use_repo(args.repo)
+    if not (args.child or args.child_start or args.child_ranks):
+        use_repo(args.repo)  # a child imports what its parent's PYTHONPATH names
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
         return
@@ -289,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     tables = run_scale(args)
     if tables:
         notes = [f"Medians of {args.repeats} round-robin repeat(s).", *SCALE_NOTES]
+        notes += ["storage.trust_catalog = true in every config."] if args.trust_catalog else []
         notes += RANK_NOTES if "ranks" in args.suites else []
         emit_tables(args, args.title, tables, notes)
 
