@@ -7,9 +7,10 @@ the wrappers. Counted:
 
 * ``stat``, ``lstat``, ``fstat``, ``access``, ``scandir``, ``listdir``: wrappers around the
   ``os`` functions (``os.path.*`` look them up at call time, so they are counted here too);
-  ``listed``: the entries the listings returned (``os.DirEntry.stat()`` cannot be wrapped;
+  ``listed``: the entries a ``scandir`` returned (``os.DirEntry.stat()`` cannot be wrapped;
   on Linux it is one ``stat`` syscall per entry, so fsspec's ``ls(detail=True)`` costs one
-  per listed entry; :class:`Syscalls` counts the kernel's calls to check);
+  per listed entry; :class:`Syscalls` counts the kernel's calls to check); ``names``: what a
+  ``listdir`` returned;
 * ``open`` (``builtins.open``, ``io.open``, ``os.open``, ``io.open_code``), ``mmap``, ``glob``,
   ``rename``, ``remove``, ``mkdir``: the interpreter's audit events (``sys.addaudithook``);
   ``open_write`` is an open for writing, creating or appending.
@@ -45,10 +46,10 @@ __all__ = ["METADATA_KINDS", "OpCounter", "Syscalls", "install", "metadata_ops"]
 
 METADATA_KINDS = ("stat", "lstat", "access", "scandir", "listdir", "listed", "open", "glob")
 """Kinds that are a metadata request on a shared filesystem (Lustre/GPFS: one MDS round trip
-each; object stores: a HEAD or LIST). ``listed`` counts the entries a listing returned: fsspec's
-``ls(detail=True)`` (streamload's listing) stats each one through ``DirEntry.stat``, which
-no wrapper sees (``strace`` shows one ``newfstatat`` per entry). ``fstat``/``mmap`` act on an
-open file, the writes on the cache."""
+each; object stores: a HEAD or LIST). ``listed`` counts the entries a ``scandir`` returned:
+fsspec's ``ls(detail=True)`` stats each one through ``DirEntry.stat``, which no wrapper sees
+(``strace`` shows one ``newfstatat`` per entry). Not counted: ``names`` (what ``listdir``
+returned: directory blocks read, no stat), ``fstat``/``mmap`` (on an open file), the writes."""
 
 _WRAPPED = ("stat", "lstat", "fstat", "access", "scandir", "listdir")
 _AUDITED = {
@@ -188,8 +189,8 @@ def _wrap_listing(counter: OpCounter, kind: str, func: Callable[..., Any]) -> Ca
     def counted(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
         counter.add(path, kind)
         result = func(path, *args, **kwargs)
-        if kind == "listdir":
-            counter.add(path, "listed", len(result))
+        if kind == "listdir":  # names only: the kernel reads directory blocks, stats none
+            counter.add(path, "names", len(result))
             return result
         return _CountedScandir(counter, path, result)
 

@@ -241,11 +241,11 @@ SCALE_NOTES = [
     "pathlib go through them) and open/glob counted by audit hook, in the child, from after "
     "the imports; corpus = paths under the corpus folder, cache = under the cache folder. "
     "meta ops = stat + lstat + access + scandir + listdir + listed + open + glob, where "
-    "listed = the entries a listing returned (fsspec's ls(detail=True) stats each through "
-    "DirEntry.stat, which no wrapper sees); fstat and mmap of open files not included; by "
-    "kind in the JSON. strace = the kernel's count of file-name syscalls on corpus paths in "
-    "a third (warm) start traced by strace -f (first repeat; not timed); getdents64 = "
-    "directory reads of any folder.",
+    "listed = the entries a scandir returned (fsspec's ls(detail=True) stats each through "
+    "DirEntry.stat, which no wrapper sees); not included: names (what a listdir returned: "
+    "no stat), fstat and mmap of open files; by kind in the JSON. strace = the kernel's "
+    "count of file-name syscalls on corpus paths in a third (warm) start traced by strace -f "
+    "(first repeat; not timed); getdents64 = directory reads of any folder.",
     "k = growth exponent: least-squares slope of log(value) on log(size) over the sizes "
     "measured (1 = linear in shards or documents, 0 = flat).",
 ]
