@@ -8,12 +8,15 @@ import logging
 import multiprocessing
 import os
 import pickle
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from streamload.catalog import sources
 from streamload.catalog.sources import describe_source
@@ -181,3 +184,45 @@ def test_processes_starting_together_build_the_catalog_once(tmp_path: Path) -> N
         assert child.exitcode == 0
     assert sorted(calls for calls, _ in results) == [0, 0, 0, 60]  # one builder
     assert len({fingerprint for _, fingerprint in results}) == 1
+
+
+_CHANGES = st.lists(
+    st.tuples(st.sampled_from(["add", "remove", "replace", "none"]), st.integers(0, 10**6)),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(sizes=st.lists(st.integers(2, 60), min_size=1, max_size=12), changes=_CHANGES)
+def test_a_cached_catalog_always_equals_a_fresh_description(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], changes: list[tuple[str, int]]
+) -> None:
+    """Whatever files are added, removed or replaced (by a rename, as writers do) between two
+    starts, the catalog a start uses equals describing the folder afresh."""
+    root = tmp_path_factory.mktemp("changes")
+    folder, cache = root / "data", root / "cache"
+    folder.mkdir()
+    for i, size in enumerate(sizes):
+        np.save(folder / f"s_{i:04d}.npy", np.arange(1, size + 1, dtype=np.uint16))
+    source = SourceConfig(name="s", path=str(folder))
+    storage = StorageConfig(cache_dir=str(cache))
+    for change, seed in changes:
+        time.sleep(0.02)  # file times tick with the kernel's coarse clock (a few ms)
+        names = sorted(p.name for p in folder.iterdir())
+        if change == "add":
+            np.save(
+                folder / f"s_{1000 + seed % 1000:04d}.npy",
+                np.arange(1, 7 + seed % 50, dtype=np.uint16),
+            )
+        elif change == "remove" and len(names) > 1:
+            (folder / names[seed % len(names)]).unlink()
+        elif change == "replace":
+            np.save(root / "new.npy", np.arange(1, 3 + seed % 70, dtype=np.uint16))
+            os.replace(root / "new.npy", folder / names[seed % len(names)])
+        cached = describe_source(source, storage=storage)
+        fresh = describe_source(source, storage=storage, fresh=True)
+        assert list(cached.shards) == list(fresh.shards)
+        assert cached.fingerprint() == fresh.fingerprint()
