@@ -15,7 +15,9 @@ and for every glob of the source's paths the sha256 of its sorted matches. A fil
 place, under its own name (which changes neither its folder's time nor its name), is caught
 when the stream opens it: each local shard's size and modification time are compared with
 the recorded ones at its first opening in a process (:func:`check_opened`), which reads
-nothing the opening does not already touch.
+nothing the opening does not already touch. (File times tick with the kernel's coarse clock,
+a few milliseconds: a file replaced by one of the same size within that tick of the listing
+looks unchanged, as it did to the per-file times this check replaces.)
 """
 
 from __future__ import annotations
