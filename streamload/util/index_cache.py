@@ -117,7 +117,7 @@ def cache_folder(cache_dir: str, kind: CacheKind = MEGATRON) -> Path:
     folder = Path(cache_dir)
     if folder.is_dir():
         return folder
-    if folder.exists():
+    if folder.exists() and not folder.is_dir():  # (made by another process meanwhile: fine)
         raise ConfigError(
             f"sampling.cache_dir = {cache_dir!r} is a file; expected a folder for {kind.what}"
         )
