@@ -242,3 +242,24 @@ def test_a_dataset_rewritten_at_the_same_size_gets_new_indices(tmp_path: Path) -
     fresh = stream_of(cfg(path, tmp_path / "fresh")).read(0, ids)[0]
     np.testing.assert_array_equal(cached, fresh)
     assert len(list((tmp_path / "cache").glob("*-streamload-megatron-description.json"))) == 2
+
+
+def test_a_folder_made_by_another_process_meanwhile_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ranks starting together: the folder did not exist at the first look and another rank
+    made it before the second (it is a folder, not a file in the way)."""
+    from streamload.util.index_cache import cache_folder
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    looks: list[bool] = []
+    real = Path.is_dir
+
+    def is_dir(self: Path) -> bool:
+        looks.append(True)
+        return len(looks) > 1 and real(self)  # absent at the first look, there at the next
+
+    monkeypatch.setattr(Path, "is_dir", is_dir)
+    assert cache_folder(str(folder)) == folder
+    assert len(looks) >= 2
