@@ -22,7 +22,7 @@ from streamload.catalog import sources
 from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
-from streamload.errors import FormatError
+from streamload.errors import ConfigError, FormatError
 from streamload.streams.shard_set import ShardSet
 from tests.helpers.corpus_factory import Corpus
 
@@ -143,6 +143,8 @@ def test_trust_catalog_lists_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(os, "listdir", no_listing)
     trusted = _describe(folder, tmp_path / "cache", trust_catalog=True)
     assert list(trusted.shards) == list(first.shards)  # the new file is not seen: trusted
+    with pytest.raises(ConfigError, match=r"storage\.trust_catalog = 'yes' must be true/false"):
+        StorageConfig(trust_catalog="yes")
 
 
 def test_nothing_is_cached_without_a_disk_cache(
