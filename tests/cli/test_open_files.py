@@ -156,8 +156,8 @@ def test_a_batch_over_every_shard_holds_few_files(
     folders: dict[str, Path], fmt: str, mode: str
 ) -> None:
     """The loader's chunks touch most of the 300 shards (256 shuffled samples of 7 tokens over
-    3,600, or 256 packed rows), yet hold a bounded number of them: the batches equal those of a run without the
-    limit."""
+    3,600, or 256 packed rows), yet hold a bounded number of them: the batches equal those of
+    a run without the limit."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     args = [sys.executable, "-c", _ONE_BIG_BATCH, mode, str(folders[fmt])]
     free = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
