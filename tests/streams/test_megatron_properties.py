@@ -85,7 +85,11 @@ def write_shards(folder: Path, tokens, sizes, parts: int, rng) -> str:
     """The sequences as ``parts`` Megatron datasets in ``folder`` (one source of several
     shards, cut between sequences, each shard holding tokens); returns the source path."""
     ends = np.cumsum(sizes)
-    cuts = [k for k in range(1, len(sizes)) if 0 < ends[k - 1] < ends[-1]]
+    by_token: dict[int, int] = {}  # one cut per token position: no shard of 0 tokens
+    for k in range(1, len(sizes)):
+        if 0 < ends[k - 1] < ends[-1]:
+            by_token.setdefault(int(ends[k - 1]), k)
+    cuts = list(by_token.values())
     chosen = sorted(rng.choice(cuts, min(parts - 1, len(cuts)), replace=False).tolist())
     folder.mkdir()
     start = 0
