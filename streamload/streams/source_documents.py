@@ -33,13 +33,14 @@ from typing import Any
 import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
+from streamload.catalog.table import shard_identity
 from streamload.config import DataConfig
 from streamload.errors import ConfigError, FormatError, RemoteReadError
 from streamload.formats.documents import document_bounds
 from streamload.formats.registry import get_format
 from streamload.ops.masks import starts_from_offsets
 from streamload.streams.shard_set import MAX_OPEN_SHARDS, ShardSet
-from streamload.streams.source_plan import files_description, shard_identity
+from streamload.streams.source_plan import files_description
 from streamload.util.index_cache import CacheKind, cache_key, load_or_build
 
 __all__ = [

@@ -21,13 +21,11 @@ from typing import Any
 import numpy as np
 
 from streamload.catalog.sources import SourceCatalog
-from streamload.catalog.table import shard_identity
 from streamload.config import DataConfig
 from streamload.errors import ConfigError
 from streamload.util.index_cache import CacheKind, load_or_build
 
-__all__ = ["files_description", "load_source_plan", "shard_identity"]
-# shard_identity lives with the catalog's facts (computed once per description); named here too
+__all__ = ["files_description", "load_source_plan"]
 
 Arrays = dict[str, np.ndarray]
 
