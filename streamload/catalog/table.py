@@ -123,6 +123,10 @@ class TableFacts:
         )
 
 
+_RECENT = 4096
+"""Decoded records a table keeps (a ShardInfo is a few hundred bytes)."""
+
+
 class ShardTable(Sequence[ShardInfo]):
     """The described shards of a source, in stream order (a read-only sequence).
 
@@ -157,6 +161,7 @@ class ShardTable(Sequence[ShardInfo]):
         self.storage = storage
         self.origin = origin
         self._forget = forget
+        self._recent: dict[int, ShardInfo] = {}  # decoded records, bounded (_RECENT)
 
     @property
     def num_documents(self) -> np.ndarray:
@@ -198,9 +203,15 @@ class ShardTable(Sequence[ShardInfo]):
         count = len(self)
         if not -count <= index < count:
             raise IndexError(f"shard {index} of {count}")
-        info = self._decode(index % count)
-        if self.storage is not None and info.storage is not self.storage:
-            info = dataclasses.replace(info, storage=self.storage)
+        index %= count
+        info = self._recent.get(index)
+        if info is None:  # a shard reopened chunk after chunk decodes its record once
+            info = self._decode(index)
+            if self.storage is not None and info.storage is not self.storage:
+                info = dataclasses.replace(info, storage=self.storage)
+            if len(self._recent) >= _RECENT:
+                self._recent.clear()
+            self._recent[index] = info
         return info
 
     def __iter__(self) -> Iterator[ShardInfo]:

@@ -41,7 +41,7 @@ from streamload.formats.registry import get_format
 from streamload.ops.masks import starts_from_offsets
 from streamload.streams.shard_set import MAX_OPEN_SHARDS, ShardSet
 from streamload.streams.source_plan import files_description
-from streamload.util.index_cache import CacheKind, cache_key, load_or_build
+from streamload.util.index_cache import CacheKind, CacheUnwritable, cache_key, load_or_build
 
 __all__ = [
     "CACHED_TOKENS",
@@ -87,9 +87,7 @@ def cached_bounds(
         arrays, _ = load_or_build(
             os.path.join(folder, key[:2]), description, guarded, DOCUMENTS, False
         )
-    except ConfigError as exc:
-        if not _is_folder_error(exc):  # the data's, raised by build()
-            raise
+    except CacheUnwritable as exc:  # the folder's (the data's errors are other ConfigErrors)
         warnings.warn(
             f"streamload: {DOCUMENTS.what} of {what} are not cached ({exc}); they are read "
             "again at every start-up",
@@ -97,11 +95,6 @@ def cached_bounds(
         )
         return (built[-1] if built else build()), None
     return arrays["bounds"], folder
-
-
-def _is_folder_error(exc: ConfigError) -> bool:
-    """Whether ``exc`` is the cache's complaint about its folder (not one of the data's)."""
-    return str(exc).startswith("sampling.cache_dir = ")
 
 
 class ShardDocuments:

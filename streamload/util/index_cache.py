@@ -118,13 +118,13 @@ def cache_folder(cache_dir: str, kind: CacheKind = MEGATRON) -> Path:
     if folder.is_dir():
         return folder
     if folder.exists() and not folder.is_dir():  # (made by another process meanwhile: fine)
-        raise ConfigError(
+        raise CacheUnwritable(
             f"sampling.cache_dir = {cache_dir!r} is a file; expected a folder for {kind.what}"
         )
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except (NotADirectoryError, FileExistsError):
-        raise ConfigError(
+        raise CacheUnwritable(
             f"sampling.cache_dir = {cache_dir!r} lies below a file; expected a folder for "
             f"{kind.what}"
         ) from None
@@ -134,7 +134,8 @@ def cache_folder(cache_dir: str, kind: CacheKind = MEGATRON) -> Path:
 
 
 class CacheUnwritable(ConfigError):
-    """The folder cannot be written: a caller for whom the cache is a speed-up goes on."""
+    """The folder cannot hold the cache (a file, or unwritable): a caller for whom the cache
+    is a speed-up goes on without it."""
 
 
 def _unwritable(folder: Path, exc: OSError, kind: CacheKind) -> ConfigError:
