@@ -73,6 +73,14 @@ _OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
     (("--ring-size", "--ring_size"), {"type": int, "help": "files open at once (default 8)"}),
     (("--batch-size", "--batch_size"), {"type": int, "help": "documents per shuffle (10000)"}),
     (("--seed",), {"type": int, "help": "seed of the file order and batch shuffles"}),
+    (
+        ("--keep-order", "--keep_order"),
+        {
+            "action": argparse.BooleanOptionalAction,
+            "help": "write the documents in input order, one group per input file, no "
+            "shuffle (refused with --files-per-process and --ring-size)",
+        },
+    ),
     (("--text-field", "--text_field"), {"help": "JSON key of the text (default: text)"}),
     (("--id-field", "--id_field"), {"help": "JSON key of the id (default: id; '': none)"}),
     (

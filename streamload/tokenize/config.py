@@ -37,6 +37,7 @@ from streamload.errors import ConfigError
 
 __all__ = [
     "DEFAULT_MAX_SIZE",
+    "DEFAULT_RING_SIZE",
     "OutputFormat",
     "TokenizeConfig",
     "check_jsonl_options",
@@ -47,6 +48,9 @@ __all__ = [
 
 DEFAULT_MAX_SIZE = 1024**3
 """dolma's default ``max_size``: tokens per output file (each holds strictly fewer)."""
+
+DEFAULT_RING_SIZE = 8
+"""dolma's default ``ring_size``: files of a group read at once."""
 
 _NESTED = {
     "tokenizer": {
@@ -108,6 +112,11 @@ class TokenizeConfig:
         loss_spans_field: JSON key (dots reach into nested objects) of each document's
             trained ``[start, end)`` character spans; a loss mask is written beside every
             output file (:mod:`streamload.tokenize.loss_spans`). ``None``: no masks.
+        keep_order: Write the documents in input order instead of dolma's light shuffle:
+            each input file is its own group, in the listed order, read from start to end
+            (``batch_size`` documents encoded at once, never shuffled); ``seed`` is unused
+            and ``processes`` only parallelizes the groups. ``files_per_process`` and
+            ``ring_size`` are refused with it (:mod:`streamload.tokenize.shuffle`).
     """
 
     documents: tuple[str, ...]
@@ -122,7 +131,7 @@ class TokenizeConfig:
     max_size: int = DEFAULT_MAX_SIZE
     processes: int = 1
     files_per_process: int | None = None
-    ring_size: int = 8
+    ring_size: int = DEFAULT_RING_SIZE
     batch_size: int = 10_000
     seed: int = 3920
     text_field: str = "text"
@@ -133,6 +142,7 @@ class TokenizeConfig:
     num_shards: int = 1
     skip_bad_lines: bool = False
     loss_spans_field: str | None = None
+    keep_order: bool = False
 
     def __post_init__(self) -> None:
         docs = (self.documents,) if isinstance(self.documents, str) else self.documents
@@ -153,11 +163,12 @@ class TokenizeConfig:
             object.__setattr__(self, "work_dir_output", folder)
         if self.work_dir_input is not None:
             check_path(self.work_dir_input, "work_dir_input")
-        for name in ("segment_before_tokenization", "skip_bad_lines"):
+        for name in ("segment_before_tokenization", "skip_bad_lines", "keep_order"):
             check_bool(getattr(self, name), name)
         self._check_loss_spans()
         object.__setattr__(self, "format", to_enum(OutputFormat, self.format, "format"))
         self._check_numbers()
+        self._check_keep_order(ring_size_given=self.ring_size != DEFAULT_RING_SIZE)
         if not isinstance(self.dtype, str) or not self.dtype:
             raise ConfigError(f"dtype = {self.dtype!r} must be 'auto' or a numpy integer dtype")
 
@@ -170,6 +181,22 @@ class TokenizeConfig:
                 f"loss_spans_field = {self.loss_spans_field!r} cannot be combined with "
                 "segment_before_tokenization (span offsets are mapped through one encoding "
                 "of the whole text); drop one of them"
+            )
+
+    def _check_keep_order(self, *, ring_size_given: bool) -> None:
+        """Refuse the grouping options that ``keep_order`` replaces (one group per file)."""
+        if not self.keep_order:
+            return
+        given = []
+        if self.files_per_process is not None:
+            given.append(f"files_per_process = {self.files_per_process}")
+        if ring_size_given:
+            given.append(f"ring_size = {self.ring_size}")
+        if given:
+            raise ConfigError(
+                f"keep_order cannot be combined with {' and '.join(given)}: keep_order makes "
+                "each input file its own group, read in order (no ring); drop "
+                f"{'them' if len(given) > 1 else 'it'} or drop keep_order"
             )
 
     def _check_numbers(self) -> None:
@@ -201,12 +228,18 @@ class TokenizeConfig:
         ``processes`` once ``files_per_process`` fixes the groups (without it, dolma makes
         one group per process), nor the destination (the folder holding the record: it may
         be reached by another path or moved); everything else must match the interrupted run.
+        With ``keep_order`` the shuffle's options (``seed``, ``batch_size``, ``ring_size``,
+        ``processes``, ``files_per_process``) do not change the output either.
         """
         skip = {"destination", "work_dir_input", "work_dir_output", "shard_index"}
         if self.files_per_process is not None:
             skip.add("processes")
         if self.loss_spans_field is None:  # the record of a run without masks is unchanged
             skip.add("loss_spans_field")
+        if not self.keep_order:  # the record of a shuffled run is unchanged
+            skip.add("keep_order")
+        else:  # one group per file, read in order: none of these moves a document
+            skip |= {"processes", "files_per_process", "ring_size", "batch_size", "seed"}
         return {k: v for k, v in self.to_dict().items() if k not in skip}
 
     def to_dict(self) -> dict[str, Any]:
@@ -231,7 +264,11 @@ class TokenizeConfig:
         for key in ("documents", "destination", "tokenizer"):
             if flat.get(key) is None:
                 raise ConfigError(f"tokenize config: {key} is required")
-        return cls(**flat)
+        config = cls(**flat)
+        # a ring_size given explicitly is refused even at its default value (the constructor
+        # alone cannot tell it from the default)
+        config._check_keep_order(ring_size_given="ring_size" in flat)
+        return config
 
 
 def flatten_options(data: Mapping[str, Any]) -> dict[str, Any]:

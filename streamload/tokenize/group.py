@@ -96,7 +96,8 @@ def run_group(
         for number, batch in enumerate(batches):
             encoded, loss_masks = _encode(encoder, batch, masks)
             order = list(range(len(batch)))
-            batch_rng(cfg.seed, job.index, number).shuffle(order)
+            if not cfg.keep_order:  # keep_order: one file per group, read in order (shuffle.py)
+                batch_rng(cfg.seed, job.index, number).shuffle(order)
             batch_tokens = 0
             for i in order:
                 writer.add(encoded[i], batch[i], loss_masks[i] if loss_masks else None)

@@ -36,7 +36,7 @@ from streamload.tokenize.inputs import expand_documents
 from streamload.tokenize.lock import DestinationLock
 from streamload.tokenize.markers import RunRecord
 from streamload.tokenize.outputs import choose_dtype
-from streamload.tokenize.shuffle import group_files
+from streamload.tokenize.shuffle import group_files, ordered_groups
 from streamload.util.files import file_sha256
 from streamload.util.lifeline import exit_with_parent
 
@@ -112,10 +112,11 @@ def plan_run(config: TokenizeConfig, *, claim: bool = True) -> RunPlan:
     encoder = DocumentEncoder(config.tokenizer, config.bos_token_id, config.eos_token_id)
     special = {k: getattr(config, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
     dtype = choose_dtype(config.format, config.dtype, encoder.vocab_size, special)
-    groups = tuple(
-        tuple(g)
-        for g in group_files(files, config.seed, config.processes, config.files_per_process)
-    )
+    if config.keep_order:
+        listed = ordered_groups(files)
+    else:
+        listed = group_files(files, config.seed, config.processes, config.files_per_process)
+    groups = tuple(tuple(g) for g in listed)
     sha = file_sha256(config.tokenizer)
     record = RunRecord(config.destination, config.work_dir_output)
     mine = [g for g in range(len(groups)) if g % config.num_shards == config.shard_index]

@@ -16,6 +16,11 @@ same files.
 
 Example: files ``[a, b, c]`` in one group, ``ring_size = 2``, ``batch_size = 4``; ``c`` and
 ``b`` open first (popped from the end); the first batch holds ``c1 b1 c2 b2``.
+
+``keep_order`` skips all three steps: each input file is its own group, in the listed order
+(:func:`ordered_groups`; group ``G`` is file ``G``, so the zero-padded ``part-{G}`` names
+sort in input order), a ring over one file reads it from start to end, and no batch is
+shuffled. The output is the inputs' documents in order, one series of files per input file.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
-__all__ = ["batch_rng", "group_files", "ring_batches"]
+__all__ = ["batch_rng", "group_files", "ordered_groups", "ring_batches"]
 
 T = TypeVar("T")
 
@@ -58,6 +63,11 @@ def group_files(
             groups.append(part)
         current += step
     return groups
+
+
+def ordered_groups(files: Sequence[str]) -> list[list[str]]:
+    """``keep_order``'s groups: each input file alone, in listing order (no seed, no cut)."""
+    return [[f] for f in files]
 
 
 def batch_rng(seed: int, group: int, batch: int) -> random.Random:
