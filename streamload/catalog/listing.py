@@ -73,6 +73,8 @@ COMPANION_PREFIXES = ("doc_lens", "doc_lengths", "document_lengths", "label_mask
 :func:`~streamload.formats.mask_names.is_mask_name`). Read as tokens they were extra shards
 of another dtype (issue 36)."""
 
+TEXT_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".parquet", ".arrow", ".mds")  # TEMP
+
 _GLOB_CHARS = "*?["
 _MDS_SUFFIXES = (".mds", ".mds.zstd", ".mds.gz")
 
@@ -136,29 +138,34 @@ def list_entries(
     entries: list[str],
     storage: StorageConfig | None,
     masks: bool = False,
+    text: bool = False,
 ) -> list[ListedFile]:
     """The files of path entries (``raws`` as written, ``entries`` stripped), each entry
-    sorted, in entry order: token files, or with ``masks`` the loss-mask files a source
-    names (``label_masks``: a folder lists every file in it).
+    sorted, in entry order: token files, with ``masks`` the loss-mask files a source
+    names (``label_masks``: a folder lists every file in it), with ``text`` a text source's
+    text files (:data:`~streamload.tokenize.inputs.TEXT_SUFFIXES`).
 
     Raises:
         ConfigError: a path does not exist, matches nothing, or a file is listed twice.
     """
     files: list[ListedFile] = []
-    what = "loss-mask files" if masks else "token files"
+    what = "loss-mask files" if masks else "text files" if text else "token files"
+    suffixes = TEXT_SUFFIXES if text else TOKEN_SUFFIXES
     indexes: FolderIndexes = {}
     field = "label_masks" if masks else "path"
     for raw, entry in zip(raws, entries, strict=True):
-        column = None if masks else column_name(source.column)
+        column = None if masks else "" if text else column_name(source.column)
         try:
-            infos = retrying(storage, f"listing {raw}", _expand, fs, entry, column, indexes)
+            infos = retrying(
+                storage, f"listing {raw}", _expand, fs, entry, column, indexes, suffixes
+            )
         except _MissingPath:
             raise ConfigError(
                 f"source {source.name!r}: {field} {raw!r}: no such file or folder"
             ) from None
         found = [_listed(fs, i, rel, storage) for i, rel in infos]
         if not found:
-            looked = "" if masks else f" (looked for {', '.join('*' + s for s in TOKEN_SUFFIXES)}"
+            looked = "" if masks else f" (looked for {', '.join('*' + s for s in suffixes)}"
             looked += "; MDS shards of 0 samples are left out)" if looked else ""
             looked += "" if masks else dataset_dict_hint(fs, entry, raw)
             verb = "matches" if any(c in entry for c in _GLOB_CHARS) else "holds"
@@ -202,14 +209,19 @@ def _is_token_file(fs: Any, info: dict[str, Any]) -> bool:
 
 
 def _expand(
-    fs: Any, entry: str, column: str | None, indexes: FolderIndexes
+    fs: Any,
+    entry: str,
+    column: str | None,
+    indexes: FolderIndexes,
+    suffixes: tuple[str, ...] = TOKEN_SUFFIXES,
 ) -> list[tuple[dict[str, Any], str]]:
     """The listed entries (fsspec infos) of one path entry, each with its relative path, in
     listing order: one attempt of a few requests (exists/isdir/isfile, then ls/glob/info).
     Without a token ``column`` a folder or glob lists every file (the loss masks a source
-    names), else its token files; a ``save_to_disk`` folder's are checked against and
-    ordered by its ``state.json`` (:func:`_save_to_disk_order`), an MDS or LitData folder's
-    by its ``index.json`` (:func:`_index_order`)."""
+    names), else its files of ``suffixes`` (``column = ""``: a text source's, whose
+    ``save_to_disk`` features are not token features); a ``save_to_disk`` folder's are
+    checked against and ordered by its ``state.json`` (:func:`_save_to_disk_order`), an MDS
+    or LitData folder's by its ``index.json`` (:func:`_index_order`)."""
     keep = _is_file if column is None else _is_token_file
     # An existing path wins over a glob reading, so a folder named "run[1]" works.
     if any(c in entry for c in _GLOB_CHARS) and not fs.exists(entry):
@@ -223,7 +235,7 @@ def _expand(
         root = entry
         listed = fs.ls(entry, detail=True)
         files = sorted(
-            (i for i in listed if (column is None or i["name"].endswith(TOKEN_SUFFIXES))),
+            (i for i in listed if (column is None or i["name"].endswith(suffixes))),
             key=_name,
         )
         files = [i for i in files if keep(fs, i)]
@@ -266,7 +278,7 @@ def _save_to_disk_order(
     state = posixpath.join(folder, STATE_FILE)
     expected = data_files(fs.cat_file(state), state)
     check_data_files(list(arrows), expected, folder)
-    if INFO_FILE in names:
+    if INFO_FILE in names and column:
         info = posixpath.join(folder, INFO_FILE)
         check_token_feature(fs.cat_file(info), column, info)
     rank = {name: at for at, name in enumerate(expected)}

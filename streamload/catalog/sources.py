@@ -156,6 +156,15 @@ def describe_source(
         RemoteReadError: a remote header stays unreadable (``on_error = "raise"``).
     """
     storage = storage or StorageConfig()
+    if source.is_text:  # tokenized into its cache first (a module that needs this one)
+        from streamload.catalog.text_source import describe_text_source
+
+        return cast(
+            SourceCatalog,
+            describe_text_source(
+                source, vocab_size, storage, eos_token_id=eos_token_id, fresh=fresh
+            ),
+        )
     fs, entries = source_filesystem(source, storage)
     handle = storage_handle(fs, source, storage)
 

@@ -314,8 +314,9 @@ def _source_from_dict(data: Any, index: int, base_dir: str | None) -> SourceConf
         data["path"] = tuple(_resolve(p, base_dir) for p in path)
     elif isinstance(path, str):
         data["path"] = _resolve(path, base_dir)
-    if "tokenizer" in data:
-        data["tokenizer"] = _resolve(data["tokenizer"], base_dir)
+    for key in ("tokenizer", "cache_dir"):
+        if key in data:
+            data[key] = _resolve(data[key], base_dir)
     return SourceConfig(**data)
 
 

@@ -9,7 +9,14 @@ from typing import Any
 from streamload.config.checks import check_int, check_number, check_path, show, to_enum
 from streamload.errors import ConfigError
 
-__all__ = ["TOKEN_DTYPES", "OnError", "ShardFormat", "SourceConfig", "SourcePolicy"]
+__all__ = [
+    "TEXT_FORMATS",
+    "TOKEN_DTYPES",
+    "OnError",
+    "ShardFormat",
+    "SourceConfig",
+    "SourcePolicy",
+]
 
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64", "int16", "int32", "int64")
 """Token dtypes a shard may hold (unsigned or signed integers; never floats)."""
@@ -50,6 +57,11 @@ class ShardFormat(str, enum.Enum):
     LITDATA = "litdata"
     """LitData ``index.json`` + ``chunk-*.bin`` written by ``optimize`` with ``TokensLoader``:
     one token stream, like a NumPy folder."""
+    TEXT = "text"
+    """Text documents (JSONL(.gz/.zst), Parquet, Arrow, MDS text columns) tokenized once, on
+    first use, into a cache of token files (``tokenizer`` required; docs/text.md). A source
+    with a ``tokenizer`` and ``format = "auto"``, ``"parquet"``, ``"arrow"`` or ``"mds"`` is a
+    text source too (the last three fix the kind of every input file)."""
 
     @classmethod
     def _missing_(cls, value: object) -> ShardFormat | None:
@@ -60,6 +72,11 @@ class ShardFormat(str, enum.Enum):
 _COLUMN_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.MDS)
 """Formats whose files hold named columns (``[[sources]] column``)."""
 _TABLE_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET)
+TEXT_FORMATS = (
+    ShardFormat.AUTO, ShardFormat.TEXT, ShardFormat.PARQUET, ShardFormat.ARROW, ShardFormat.MDS,
+)  # fmt: skip
+"""Formats a source with a ``tokenizer`` reads as text, tokenized into the cache (``jsonl``
+with a tokenizer is the older on-the-fly raw JSONL format)."""
 """Formats whose rows may carry a loss-mask and an id column (``mask_column``, ``id_column``)."""
 
 
@@ -97,12 +114,18 @@ class SourceConfig:
         max_epochs: End the stream before this source would start epoch ``max_epochs``.
         storage_options: Passed to fsspec for remote paths.
         on_error: ``raise`` or ``skip`` when a remote object stays unreadable.
-        tokenizer: ``format = "jsonl"`` only: local ``tokenizer.json`` that tokenizes the
-            documents on the fly; each file is prepared (indexed and measured) at start-up
-            when its record is missing or was made with other settings.
+        tokenizer: A local ``tokenizer.json`` (Hugging Face ``tokenizers``). With it the
+            source is a **text source** (docs/text.md): its files (JSONL(.gz/.zst), Parquet,
+            Arrow, MDS) are tokenized once, on first use, into ``cache_dir``, and read from
+            there; with ``format = "jsonl"``, the older raw JSONL format tokenized on the fly
+            (each file indexed at start-up when its record is missing or was made with other
+            settings).
         bos_token_id: With ``tokenizer``: BOS added when absent.
         eos_token_id: With ``tokenizer``: EOS added when absent (at least one of the two).
-        text_field: With ``tokenizer``: JSON field holding the text (dotted: nested).
+        text_field: With ``tokenizer``: the field holding the text: a JSON key (dotted:
+            nested) or a column of Parquet, Arrow or MDS files (dotted: into a struct).
+        cache_dir: A text source's token cache: a folder or an fsspec URL (``s3://…``) that
+            every rank can reach (``None``: ``text/`` in ``[storage] cache_dir``).
         label_masks: Per-token loss masks (docs/formats.md, "Loss masks"): ``"auto"``
             (default) uses those found beside the token files (datatrove ``X.ds.loss``,
             OLMo-core ``labels_mask*`` beside ``token_ids*``); ``"none"`` ignores them; a
@@ -135,6 +158,7 @@ class SourceConfig:
     column: str | None = None
     mask_column: str | None = None
     id_column: str | None = None
+    cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         where = f"source {show(self.name)}"
@@ -234,23 +258,56 @@ class SourceConfig:
         given = [n for n in ("bos_token_id", "eos_token_id") if getattr(self, n) is not None]
         if self.text_field != "text":
             given.append("text_field")
+        if self.cache_dir is not None:
+            given.append("cache_dir")
         if self.tokenizer is None:
             if given:
                 raise ConfigError(
                     f"{where}: {', '.join(given)} only apply with a tokenizer "
-                    '(format = "jsonl", tokenizer = "tokenizer.json")'
+                    '(a text source: tokenizer = "tokenizer.json"; docs/text.md)'
+                )
+            if self.format is ShardFormat.TEXT:
+                raise ConfigError(
+                    f'{where}: format = "text" needs a tokenizer (tokenizer = "tokenizer.json" '
+                    "and bos_token_id or eos_token_id; docs/text.md)"
                 )
             return
         check_path(self.tokenizer, f"{where}: tokenizer")
-        if self.format is not ShardFormat.JSONL:
+        if self.format is not ShardFormat.JSONL and self.format not in TEXT_FORMATS:
+            names = ", ".join(repr(f.value) for f in (ShardFormat.JSONL, *TEXT_FORMATS))
             raise ConfigError(
-                f"{where}: tokenizer is set but format = {self.format.value!r}; "
-                'only format = "jsonl" sources are tokenized'
+                f"{where}: tokenizer is set but format = {self.format.value!r}; a source "
+                f"with a tokenizer reads text (format = {names})"
             )
         if self.bos_token_id is None and self.eos_token_id is None:
+            kind = "jsonl source" if self.format is ShardFormat.JSONL else "text source"
             raise ConfigError(
-                f"{where}: a jsonl source with a tokenizer needs bos_token_id or eos_token_id"
+                f"{where}: a {kind} with a tokenizer needs bos_token_id or eos_token_id"
             )
+        if self.is_text:
+            self._check_text(where)
+
+    def _check_text(self, where: str) -> None:
+        """What a text source takes: no token column, mask files or mask column (its tokens
+        and documents come from the cache it writes)."""
+        for name in ("column", "mask_column", "id_column"):
+            if getattr(self, name) is not None:
+                raise ConfigError(
+                    f"{where}: {name} does not apply to a text source (its text is read from "
+                    f"text_field = {self.text_field!r})"
+                )
+        if self.label_masks != "auto":
+            raise ConfigError(
+                f"{where}: label_masks = {show(self.label_masks)} does not apply to a text "
+                "source (its token files are written by streamload, without masks)"
+            )
+        if self.cache_dir is not None:
+            check_path(self.cache_dir, f"{where}: cache_dir")
+
+    @property
+    def is_text(self) -> bool:
+        """Whether this is a text source (tokenized into the cache on first use)."""
+        return self.tokenizer is not None and self.format in TEXT_FORMATS
 
     @property
     def paths(self) -> tuple[str, ...]:

@@ -64,13 +64,8 @@ def run_group(
             complete.
     """
     cfg = job.config
-    encoder = _encoder(
-        cfg.tokenizer,
-        cfg.bos_token_id,
-        cfg.eos_token_id,
-        cfg.segment_before_tokenization,
-        tokenizer_sha256,
-    )
+    segment = cfg.segment_before_tokenization
+    encoder = _encoder(cfg.tokenizer, cfg.bos_token_id, cfg.eos_token_id, segment, tokenizer_sha256)
     record = RunRecord(cfg.destination, cfg.work_dir_output)
     staging = record.staging(job.index)
     readers: list[LineReader] = []

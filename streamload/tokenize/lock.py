@@ -30,7 +30,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DestinationLock", "exclusive"]
+__all__ = ["DestinationLock", "FileClaim", "exclusive", "try_exclusive"]
 
 _UNSUPPORTED = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 """``flock`` errors that mean "this file system does not lock", not "someone holds it"."""
@@ -139,3 +139,39 @@ def exclusive(path: str) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+class FileClaim:
+    """An exclusive ``flock`` on ``path`` taken on entering (made with
+    :func:`try_exclusive`): ``with claim as held`` gives whether it was taken."""
+
+    def __init__(self, path: str, blocking: bool) -> None:
+        self.path = path
+        self.blocking = blocking
+        self._fd: int | None = None
+
+    def __enter__(self) -> bool:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            held = _flock(fd, self.path, blocking=self.blocking)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not held:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def __exit__(self, *exc: Any) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing drops the lock
+
+
+def try_exclusive(path: str, *, blocking: bool) -> FileClaim:
+    """A claim on ``path`` for as long as a piece of work runs; without ``blocking`` entering
+    it gives ``False`` at once when another process holds it. The kernel drops the lock when
+    the holder dies, so a claim is never stale."""
+    return FileClaim(path, blocking)

@@ -1,0 +1,374 @@
+"""The token cache of a text source: each input file tokenized once, published whole.
+
+A text source (``[[sources]] tokenizer = …``, docs/text.md) reads its text files through this
+cache. Layout under the source's ``cache_dir`` (a local folder or an fsspec URL)::
+
+    <cache_dir>/<settings key>/settings.json          what the key stands for (for people)
+    <cache_dir>/<settings key>/<file key>-00000.bin    Megatron tokens of one input file
+    <cache_dir>/<settings key>/<file key>-00000.idx    its document index
+    <cache_dir>/<settings key>/<file key>.json         the file's marker, written last
+    <cache_dir>/<settings key>/manifests/<digest>.json a finished input list, in order
+
+* The **settings key** hashes what decides the bytes besides the input: the cache schema,
+  the tokenizer file's sha256, BOS/EOS, the text field, the input kind, the dtype and the
+  bad-row rule. Another tokenizer or option is another folder: entries never mix.
+* The **file key** hashes the input file's URL, size and version (a local file's
+  modification time, an object's ETag or generation): a changed file gets a new key and is
+  tokenized again; the old outputs are left alone.
+* A file's outputs are written by :class:`~streamload.tokenize.outputs.PartWriter` (the
+  writer of ``streamload tokenize``, so the bytes are those of ``streamload tokenize
+  --keep-order --format megatron`` on that file) into a hidden staging folder, moved into
+  place (each part's index before its tokens), and the **marker** is written last: a file
+  is done exactly when its marker is there and names files of the sizes found. A killed
+  build leaves no marker, so the next one redoes the file from its start; nothing partial is
+  ever read.
+* A file whose text is bad (a row that is not JSON, a missing text field) leaves an
+  **error marker** (``<file key>.error.json``) naming file, row and field, so that processes
+  waiting on it fail with the same message instead of waiting forever.
+* A **manifest** records a complete, ordered input list (keyed by the digest of every
+  input's file key), so a later start reads one small file instead of one marker per input.
+
+Remote caches (``s3://…``) are written the same way: the parts are made in a local staging
+folder, uploaded (tokens last), then the marker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from streamload.errors import ConfigError, FormatError
+from streamload.formats.encoder import DocumentEncoder
+from streamload.tokenize.config import DEFAULT_MAX_SIZE, OutputFormat
+from streamload.tokenize.inputs import ReadCounts
+from streamload.tokenize.outputs import PartWriter, choose_dtype
+from streamload.util.files import file_sha256, write_atomic
+
+__all__ = ["SCHEMA", "TextCache", "TextInput", "TextSettings"]
+
+SCHEMA = "streamload-text-1"
+"""The cache's layout and marker version: part of the settings key, so a streamload that
+writes another layout uses other folders."""
+
+BATCH_DOCUMENTS = 1024
+"""Documents encoded per ``encode_batch`` call (the tokenizer's threads share a batch)."""
+
+ProgressFn = Callable[[int, int], None]
+"""Called with (documents, tokens) tokenized since the last call."""
+
+
+@dataclass(frozen=True)
+class TextInput:
+    """One input file as listed: its URL, its path under the source's root (what the data
+    fingerprint uses), its size and version (ETag, generation or local mtime)."""
+
+    url: str
+    relpath: str
+    size: int
+    version: str
+
+
+@dataclass(frozen=True)
+class TextSettings:
+    """How a text source tokenizes (what its ``[[sources]]`` entry says).
+
+    Args:
+        tokenizer: Local ``tokenizer.json``.
+        bos_token_id: Prepended when absent (``streamload tokenize``'s rule).
+        eos_token_id: Appended when absent.
+        text_field: JSON key or column of the text (dotted: nested).
+        kind: Every input's kind (``parquet``, ``arrow``, ``mds``), or ``None``: by name.
+        dtype: Token dtype or ``auto`` (Megatron's rule: uint16 below 65,500 ids, else int32).
+        skip_bad: Skip and count bad rows instead of failing.
+    """
+
+    tokenizer: str
+    bos_token_id: int | None
+    eos_token_id: int | None
+    text_field: str = "text"
+    kind: str | None = None
+    dtype: str = "auto"
+    skip_bad: bool = False
+
+
+class TextCache:
+    """One settings folder of a text cache (module docstring).
+
+    Args:
+        root: The cache folder or URL (``cache_dir``).
+        settings: The source's tokenizing.
+        storage_options: fsspec options of a remote root.
+
+    Raises:
+        ConfigError: the tokenizer cannot be read, or the dtype cannot hold its ids.
+    """
+
+    def __init__(
+        self, root: str, settings: TextSettings, storage_options: Mapping[str, Any] | None = None
+    ) -> None:
+        import fsspec
+
+        self.settings = settings
+        self.storage_options = dict(storage_options or {})
+        self.tokenizer_sha256 = file_sha256(settings.tokenizer)
+        encoder = self.encoder()
+        special = {"bos_token_id": settings.bos_token_id, "eos_token_id": settings.eos_token_id}
+        self.vocab_size = encoder.vocab_size
+        self.dtype = choose_dtype(OutputFormat.MEGATRON, settings.dtype, self.vocab_size, special)
+        described = {
+            "schema": SCHEMA,
+            "tokenizer_sha256": self.tokenizer_sha256,
+            **{k: v for k, v in asdict(settings).items() if k != "tokenizer"},
+            "dtype": self.dtype.name,
+        }
+        self.described = described
+        self.key = _digest(json.dumps(described, sort_keys=True))[:16]
+        self.fs, stripped = fsspec.core.url_to_fs(root, **self.storage_options)
+        self.local = "file" in _protocols(self.fs) or "local" in _protocols(self.fs)
+        self.folder = f"{stripped.rstrip('/')}/{self.key}"
+        self.url = self.folder if self.local else str(self.fs.unstrip_protocol(self.folder))
+
+    def encoder(self) -> DocumentEncoder:
+        """The tokenizer with BOS/EOS (one per process: :func:`_encoder`)."""
+        s = self.settings
+        return _encoder(s.tokenizer, s.bos_token_id, s.eos_token_id, self.tokenizer_sha256)
+
+    def file_key(self, item: TextInput) -> str:
+        """The key of an input file's outputs: its URL, size and version hashed."""
+        return _digest(f"{item.url}\0{item.size}\0{item.version}")[:24]
+
+    def path(self, name: str) -> str:
+        """A name in this settings folder, as its file system spells it."""
+        return f"{self.folder}/{name}"
+
+    def marker(self, item: TextInput) -> dict[str, Any] | None:
+        """The done marker of ``item``, or ``None`` when it is not (completely) there.
+
+        Raises:
+            FormatError: a marker that is not one this streamload wrote for this input.
+        """
+        path = self.path(self.file_key(item) + ".json")
+        try:
+            data = self.fs.cat_file(path)
+        except FileNotFoundError:
+            return None
+        marker = check_marker(data, item, path)
+        if self.local and not all(
+            _size(self.path(name)) == size for name, size in marker["files"].items()
+        ):
+            return None  # a part removed or cut since: the file is tokenized again
+        return marker
+
+    def error(self, item: TextInput) -> str | None:
+        """The message a failed build of ``item`` left, if any."""
+        try:
+            data = self.fs.cat_file(self.path(self.file_key(item) + ".error.json"))
+        except FileNotFoundError:
+            return None
+        try:
+            return str(json.loads(data)["error"])
+        except (ValueError, KeyError, TypeError):
+            return f"{item.url}: tokenizing it failed in another process (unreadable record)"
+
+    def build(self, item: TextInput, progress: ProgressFn | None = None) -> dict[str, Any]:
+        """Tokenize ``item`` into the cache and return its marker.
+
+        Raises:
+            FormatError: a bad row (without ``skip_bad``) or an unreadable input; an error
+                marker then names it for the processes waiting on this file.
+        """
+        key = self.file_key(item)
+        staging = tempfile.mkdtemp(prefix=f".{key}.", dir=self._staging_root())
+        try:
+            try:
+                marker = self._write(item, key, staging, progress)
+            except (FormatError, ConfigError) as exc:
+                self._put_bytes(key + ".error.json", json.dumps({"error": str(exc)}).encode())
+                raise
+            self._publish(staging, marker)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return marker
+
+    def _staging_root(self) -> str | None:
+        """Local staging beside the outputs (one rename publishes); a temp folder when the
+        cache is remote."""
+        if not self.local:
+            return None
+        root = self.path(".staging")
+        os.makedirs(root, exist_ok=True)
+        self._describe_folder()
+        return root
+
+    def _describe_folder(self) -> None:
+        path = self.path("settings.json")
+        if not os.path.exists(path):
+            text = json.dumps({**self.described, "tokenizer": self.settings.tokenizer}, indent=1)
+            write_atomic(path, text)
+
+    def _write(
+        self, item: TextInput, key: str, staging: str, progress: ProgressFn | None
+    ) -> dict[str, Any]:
+        s = self.settings
+        reader = _open_documents(item.url, s, self.storage_options)
+        encoder = self.encoder()
+        documents = tokens = 0
+        writer = PartWriter(
+            OutputFormat.MEGATRON, staging, key, self.dtype, DEFAULT_MAX_SIZE, s.tokenizer
+        )
+        with writer:
+            batch: list[Any] = []
+            for doc in reader:
+                batch.append(doc)
+                if len(batch) == BATCH_DOCUMENTS:
+                    tokens += _encode_into(encoder, batch, writer, progress)
+                    documents += len(batch)
+                    batch = []
+            if batch:
+                tokens += _encode_into(encoder, batch, writer, progress)
+                documents += len(batch)
+        counts: ReadCounts = reader.counts
+        files = {name: os.path.getsize(os.path.join(staging, name)) for name in writer.files}
+        return {
+            "schema": SCHEMA,
+            "input": asdict(item),
+            "parts": [n for n in writer.files if n.endswith(".bin")],
+            "files": files,
+            "documents": documents,
+            "tokens": tokens,
+            "rows": counts.lines,
+            "empty": counts.empty,
+            "bad": counts.bad,
+            "bad_examples": counts.bad_examples,
+        }
+
+    def _publish(self, staging: str, marker: dict[str, Any]) -> None:
+        """Move the parts into place (each index before its tokens), then the marker."""
+        names = sorted(marker["files"], key=lambda n: (n.endswith(".bin"), n))
+        for name in names:
+            src = os.path.join(staging, name)
+            if self.local:
+                os.replace(src, self.path(name))
+            else:
+                self.fs.put_file(src, self.path(name))
+        key = self.file_key(TextInput(**marker["input"]))
+        self._put_bytes(key + ".json", json.dumps(marker, sort_keys=True).encode())
+        if self.local:  # a success replaces an earlier failure's record
+            error = self.path(key + ".error.json")
+            if os.path.exists(error):
+                os.remove(error)
+
+    def _put_bytes(self, name: str, data: bytes) -> None:
+        if self.local:
+            os.makedirs(self.folder, exist_ok=True)
+            write_atomic(self.path(name), data)
+        else:
+            self.fs.pipe_file(self.path(name), data)
+
+    def read_manifest(self, digest: str) -> list[dict[str, Any]] | None:
+        """The markers of a finished input list, or ``None``."""
+        try:
+            data = self.fs.cat_file(self.path(f"manifests/{digest}.json"))
+        except FileNotFoundError:
+            return None
+        try:
+            found = json.loads(data)
+            if found.get("schema") != SCHEMA or not isinstance(found.get("files"), list):
+                return None
+            return list(found["files"])
+        except (ValueError, AttributeError):
+            return None  # torn or foreign: the markers are read instead
+
+    def write_manifest(self, digest: str, markers: list[dict[str, Any]]) -> None:
+        """Record a finished input list (best effort: a read-only cache still works)."""
+        data = json.dumps({"schema": SCHEMA, "files": markers}).encode()
+        try:
+            if self.local:
+                os.makedirs(self.path("manifests"), exist_ok=True)
+            self._put_bytes(f"manifests/{digest}.json", data)
+        except OSError:
+            pass
+
+
+def check_marker(data: bytes, item: TextInput, path: str) -> dict[str, Any]:
+    """A done marker read from ``path``, checked against the input it is for.
+
+    Raises:
+        FormatError: not JSON, another schema, or another input's marker.
+    """
+    try:
+        marker = json.loads(data)
+        ok = isinstance(marker, dict) and isinstance(marker.get("files"), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise FormatError(f"{path}: not a text-cache marker; remove it to tokenize the file again")
+    if marker.get("schema") != SCHEMA:
+        raise FormatError(
+            f"{path}: written by another streamload version (cache schema "
+            f"{marker.get('schema')!r}, this one reads {SCHEMA!r}); remove it or use another "
+            "cache_dir"
+        )
+    if marker.get("input") != asdict(item):
+        raise FormatError(
+            f"{path}: the marker is for {marker.get('input')!r}, not {asdict(item)!r} (a key "
+            "collision or an edited cache); remove it to tokenize the file again"
+        )
+    return dict(marker)
+
+
+def _encode_into(
+    encoder: DocumentEncoder, batch: list[Any], writer: PartWriter, progress: ProgressFn | None
+) -> int:
+    encoded = encoder.encode([doc.text for doc in batch])
+    total = 0
+    for tokens, doc in zip(encoded, batch, strict=True):
+        writer.add(tokens, doc)
+        total += int(tokens.size)
+    if progress is not None:
+        progress(len(batch), total)
+    return total
+
+
+def _open_documents(url: str, s: TextSettings, storage_options: dict[str, Any]) -> Any:
+    """A reader of ``url``'s documents (TEMPORARY until open_documents lands)."""
+    from streamload.tokenize import inputs
+
+    opener = getattr(inputs, "open_documents", None)
+    if opener is not None:
+        return opener(url, s.text_field, None, skip_bad_lines=s.skip_bad,
+                      storage_options=storage_options)  # fmt: skip
+    return inputs.LineReader(url, s.text_field, None, skip_bad_lines=s.skip_bad)
+
+
+_ENCODERS: dict[tuple[Any, ...], DocumentEncoder] = {}
+
+
+def _encoder(path: str, bos: int | None, eos: int | None, sha256: str) -> DocumentEncoder:
+    """One encoder per process and tokenizer (``sha256`` keys a changed file)."""
+    key = (path, bos, eos, sha256)
+    if key not in _ENCODERS:
+        _ENCODERS[key] = DocumentEncoder(path, bos, eos)
+    return _ENCODERS[key]
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return -1
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return protocol if isinstance(protocol, tuple) else (protocol,)
