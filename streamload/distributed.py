@@ -38,6 +38,7 @@ from streamload.config.checks import check_count, table_fields
 from streamload.errors import ConfigError
 
 __all__ = [
+    "prepare_text_in_job",
     "DATA_PARALLEL_DIMS",
     "MODEL_PARALLEL_DIMS",
     "ModelParallel",
@@ -334,3 +335,34 @@ def _world_size() -> int | None:
     if dist.is_available() and dist.is_initialized():
         return int(dist.get_world_size())
     return None
+
+
+def prepare_text_in_job(config: Any, processes: int = 1) -> None:
+    """Fill the caches of a config's text sources with every process of the job helping
+    (docs/text.md): under ``torch.distributed`` the input files are dealt to the global
+    group's ranks (every rank, model-parallel ones too), each tokenizes its share, waits on
+    the cache for the others', and a barrier ends it; rank 0 shows the progress. Without a
+    process group the processes share the work through file locks. A no-op without text
+    sources."""
+    sources = [s for s in config.sources if s.is_text]
+    if not sources:
+        return
+    import torch.distributed as dist
+
+    from streamload.catalog.text_source import prepare_text_source
+    from streamload.tokenize.text_progress import TextProgress
+
+    grouped = dist.is_available() and dist.is_initialized()
+    rank, world = (dist.get_rank(), dist.get_world_size()) if grouped else (0, 1)
+    for source in sources:
+        progress = TextProgress(0, source.name) if rank == 0 else None
+        try:
+            prepare_text_source(
+                source, config.storage, rank=rank, world=world, processes=processes,
+                progress=progress,
+            )  # fmt: skip
+        finally:
+            if progress is not None:
+                progress.close()
+    if grouped and world > 1:
+        dist.barrier()

@@ -29,7 +29,7 @@ from torchdata.nodes import BaseNode
 
 from streamload.config import DataConfig, load_config
 from streamload.config.loader_args import LoaderOptions, WorkerType, check_loader_args
-from streamload.distributed import ModelParallel, resolve_data_parallel
+from streamload.distributed import ModelParallel, prepare_text_in_job, resolve_data_parallel
 from streamload.modes import build_stream, get_mode
 from streamload.nodes.chain import build_chain, shutdown_chain
 from streamload.nodes.map_workers import MapWorkers
@@ -362,5 +362,6 @@ def build_loader(
         cfg, batch_size=batch_size, rank=r, world_size=w, num_workers=num_workers, options=options
     )
     spec = RankSpec(r, w, batch_size)
+    prepare_text_in_job(cfg)  # text sources: tokenized by every rank at once, first use only
     stream = build_stream(cfg) if split is None else EvaluationStream(build_stream(cfg))
     return StreamLoader(stream, spec, num_workers, opts)

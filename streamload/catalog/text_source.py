@@ -20,6 +20,7 @@ against listings.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from collections.abc import Callable
 from typing import Any
@@ -170,7 +171,10 @@ def describe_text_source(
 
     if fresh or not storage.cache_size:
         return SourceCatalog(derived, ShardTable.of(build()[0]))
-    options = {"vocab_size": vocab_size, "eos": eos_token_id, "cache": storage.cache_root}
+    # a cache removed and built again has new parts under the same names: `built` tells
+    built = hashlib.sha256("".join(str(m.get("built")) for m in report.markers).encode())
+    options = {"vocab_size": vocab_size, "eos": eos_token_id, "cache": storage.cache_root,
+               "built": built.hexdigest()}  # fmt: skip
     description = catalog_description(fs, derived, paths, options)
     return SourceCatalog(derived, cached_table(fs, derived, storage, description, build, handle))
 

@@ -25,6 +25,7 @@ from streamload.cli import (
     inspect,
     merge,
     plan,
+    prepare,
     samples,
     show,
     tokenize,
@@ -45,11 +46,12 @@ _COMMANDS = (
     merge,
     index,
     plan,
+    prepare,
     tokenize,
 )
 
 
-_READS_CONFIG = ("plan", "samples", "show")
+_READS_CONFIG = ("plan", "prepare", "samples", "show")
 """Subcommands whose input is the data config (``CONFIG``): a ConfigError they raise is about
 it (a source's path, a value), unless it names a command-line flag."""
 

@@ -108,6 +108,9 @@ def ensure_cache(
     markers: list[dict[str, Any] | None] = [cache.marker(i) for i in inputs]
     missing = [i for i, m in enumerate(markers) if m is None]
     if missing:
+        start_bar = getattr(progress, "start", None)
+        if start_bar is not None:
+            start_bar(len(missing))
         owner = deal([i.size for i in inputs], world)
         mine = [i for i in missing if owner[i] == rank]
         others = [i for i in reversed(missing) if owner[i] != rank]

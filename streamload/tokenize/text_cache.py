@@ -39,6 +39,8 @@ import json
 import os
 import shutil
 import tempfile
+import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -246,6 +248,7 @@ class TextCache:
             "empty": counts.empty,
             "bad": counts.bad,
             "bad_examples": counts.bad_examples,
+            "built": f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
         }
 
     def _publish(self, staging: str, marker: dict[str, Any]) -> None:
