@@ -167,7 +167,11 @@ def describe_text_source(
             found = _describe_local(fs, derived, jobs)
         else:
             found = _describe_all(fs, derived, storage, handle, jobs)
-        return tuple(found.shards), Identity()
+        shards = tuple(
+            dataclasses.replace(info, meta={**info.meta, "text_input": item.url})
+            for info, (_, item) in zip(found.shards, parts, strict=True)
+        )
+        return shards, Identity()
 
     if fresh or not storage.cache_size:
         return SourceCatalog(derived, ShardTable.of(build()[0]))

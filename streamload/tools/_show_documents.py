@@ -110,7 +110,12 @@ class DocumentTracer:
         info = source.shards.shards[sid]
         shard = source.shards.shard(sid)
         self.shards.setdefault(
-            info.path, {"format": info.format, "tokenizer": info.meta.get("tokenizer")}
+            info.path,
+            {
+                "format": info.format,
+                "tokenizer": info.meta.get("tokenizer"),
+                "text_input": info.meta.get("text_input"),
+            },
         )
         out.update(shard=info.path, shard_offset=local)
         bounds = shard.document_bounds()

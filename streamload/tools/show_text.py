@@ -144,6 +144,8 @@ def _shards(report: dict[str, Any], root: str) -> list[str]:
         notes = [info["format"]]
         if info["tokenizer"]:
             notes.append(f"tokenizer {info['tokenizer']}")
+        if info.get("text_input"):  # a text source's cache part
+            notes.append(f"tokenized from {info['text_input']}")
         if info["format"] == "datatrove":
             notes.append("no per-document metadata in this format")
         lines.append(f"  {name} ({', '.join(notes)})")
