@@ -334,9 +334,10 @@ class TableReader(DocumentReader):
 
     def __init__(self, path: str, *args: Any, **kwargs: Any) -> None:
         super().__init__(path, *args, **kwargs)
-        self._read = _TABLE_ROWS.get(input_kind(path))
-        if self._read is None:
+        read = _TABLE_ROWS.get(input_kind(path))
+        if read is None:
             raise ConfigError(f"{path}: a JSONL file, not a table; read it with LineReader")
+        self._read = read
         fields = {"text_field": self._text, "id_field": self._id,
                   "loss_spans_field": self._spans}  # fmt: skip
         self._options: dict[str, str] = {}  # column -> the option that names it

@@ -14,6 +14,7 @@ from typing import Any
 import fsspec
 import pytest
 
+from streamload.cli.main import main
 from streamload.errors import ConfigError, FormatError
 from streamload.tokenize.inputs import (
     TEXT_SUFFIXES,
@@ -276,3 +277,17 @@ def test_tokenize_writes_the_same_tokens_from_parquet_as_from_jsonl(tmp_path: Pa
     (docs, names, data), parquet = outputs
     assert len(docs) == 11 and all(d[-1] == 0 for d in docs)
     assert parquet == (docs, names, data)
+
+
+def test_a_table_reader_refuses_a_jsonl_file() -> None:
+    with pytest.raises(ConfigError, match=r"docs\.jsonl: a JSONL file, not a table"):
+        TableReader(str(FIXTURES / "jsonl/docs.jsonl"), "text", "id")
+
+
+@pytest.mark.parametrize("pattern", ["save_to_disk/*.arrow", "mds/zstd/*.mds.zstd"])
+def test_the_cli_tokenizes_arrow_and_mds_inputs(tmp_path: Path, pattern: str) -> None:
+    dst = tmp_path / "out"
+    argv = ["tokenize", "--documents", str(FIXTURES / pattern), "--tokenizer", TOKENIZER,
+            "--eos-token-id", "0", "--no-progress", "--destination", str(dst)]  # fmt: skip
+    assert main(argv) == 0
+    assert len(read_documents(dst, "dolma")) == 11
