@@ -19,7 +19,7 @@ import numpy as np
 
 from streamload.formats.encoder import DocumentEncoder
 from streamload.tokenize.config import TokenizeConfig
-from streamload.tokenize.inputs import InputDocument, LineReader, ReadCounts
+from streamload.tokenize.inputs import DocumentReader, InputDocument, ReadCounts, open_documents
 from streamload.tokenize.loss_spans import encode_with_masks
 from streamload.tokenize.markers import RunRecord
 from streamload.tokenize.outputs import PartWriter, part_stem
@@ -68,10 +68,10 @@ def run_group(
     encoder = _encoder(cfg.tokenizer, cfg.bos_token_id, cfg.eos_token_id, segment, tokenizer_sha256)
     record = RunRecord(cfg.destination, cfg.work_dir_output)
     staging = record.staging(job.index)
-    readers: list[LineReader] = []
+    readers: list[DocumentReader] = []
 
-    def open_file(path: str) -> LineReader:
-        reader = LineReader(
+    def open_file(path: str) -> DocumentReader:
+        reader = open_documents(
             path,
             cfg.text_field,
             cfg.id_field,

@@ -1,35 +1,91 @@
-"""Input JSONL files: expand the ``documents`` patterns and read documents line by line.
+"""Input files of documents: expand the ``documents`` patterns and read documents from them.
 
 Patterns are local paths or fsspec URLs with wildcards; each expands to its matches sorted
 by path, the patterns' results are concatenated in order and a file named twice is an error.
-``.gz``, ``.zst``/``.zstd`` (and whatever else fsspec infers from the suffix) are
-decompressed while streaming. A document is one line: a JSON object with a string text field
-(``text_field``, dots reach into nested objects) and optionally an id (``id_field``).
+Each file's kind comes from its name (:func:`input_kind`, :data:`TEXT_SUFFIXES`):
 
-With ``loss_spans_field`` each line also names the trained ``[start, end)`` character spans
-of its text (:mod:`streamload.tokenize.loss_spans`); a line without a valid list of them is
-a bad line.
+* JSONL (``.jsonl``, ``.json``, ``.ndjson``, optionally ``.gz``, ``.zst``/``.zstd``, ``.bz2``,
+  ``.xz``, decompressed while streaming): a document is one line, a JSON object
+  (:class:`LineReader`);
+* Parquet (``.parquet``), Arrow IPC (``.arrow``, what ``datasets.save_to_disk`` writes) and
+  Mosaic MDS shards (``.mds``, ``.mds.zstd``, ``.mds.gz``): a document is one row, the
+  columns named by the fields (:class:`TableReader`, through the format families' text
+  readers :mod:`streamload.formats.arrow.text` and :mod:`streamload.formats.mds.text`).
 
-Bad lines (not JSON, not an object, no string text) raise :class:`FormatError` naming the
-file and the 1-based line, or with ``skip_bad_lines`` are counted and left out.
+Every document follows the same rules, in one place (:meth:`DocumentReader._document`): a
+string text field (``text_field``, dots reach into nested objects; for a table the first part
+is the column), stripped, an empty text counted and left out; an id (``id_field``) or
+dolma's ``{sha256(path)}-{n}``; with ``loss_spans_field`` the trained ``[start, end)``
+character spans of the text (:mod:`streamload.tokenize.loss_spans`). ``n`` is the 1-based
+line or row of the file.
+
+Bad lines and rows (not JSON, not an object, no string text, no id, bad spans) raise
+:class:`FormatError` naming the file, the line or row and the field, or with
+``skip_bad_lines`` are counted and left out. A table without a column a field names is an
+error for the whole file, naming the columns it has and the option to set.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
 
 from streamload.errors import ConfigError, FormatError
+from streamload.formats.arrow import text as arrow_text
+from streamload.formats.mds import text as mds_text
+from streamload.formats.text_columns import MissingColumnError
 from streamload.tokenize.loss_spans import Spans, parse_spans
 
-__all__ = ["InputDocument", "LineReader", "ReadCounts", "expand_documents"]
+__all__ = [
+    "TEXT_SUFFIXES",
+    "DocumentReader",
+    "InputDocument",
+    "LineReader",
+    "ReadCounts",
+    "TableReader",
+    "expand_documents",
+    "input_kind",
+    "open_documents",
+]
 
 _GLOB_CHARS = "*?["
+_JSONL_NAMES = (".jsonl", ".json", ".ndjson")
+_COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd", ".bz2": "bz2", ".xz": "xz"}
+"""A JSONL file's compression by its last suffix (fsspec infers no ``.zstd``)."""
+_TABLE_SUFFIXES = {".parquet": "parquet", ".arrow": "arrow", ".mds": "mds",
+                   ".mds.zstd": "mds", ".mds.gz": "mds"}  # fmt: skip
+TEXT_SUFFIXES = (
+    *_JSONL_NAMES,
+    *(name + zipped for name in _JSONL_NAMES for zipped in _COMPRESSIONS),
+    *_TABLE_SUFFIXES,
+)
+"""Every file name suffix read as documents (:func:`input_kind`), for folder listings."""
+_KINDS = {
+    **{name: "jsonl" for name in TEXT_SUFFIXES if name not in _TABLE_SUFFIXES},
+    **_TABLE_SUFFIXES,
+}
+
+
+def input_kind(path: str) -> str:
+    """What ``path`` holds, by its name: ``"jsonl"``, ``"parquet"``, ``"arrow"`` or ``"mds"``.
+
+    Raises:
+        ConfigError: a name without one of :data:`TEXT_SUFFIXES`, naming the file and them.
+    """
+    name = path.lower()
+    for suffix in sorted(_KINDS, key=len, reverse=True):
+        if name.endswith(suffix):
+            return _KINDS[suffix]
+    raise ConfigError(
+        f"{path}: not a file of documents by its name; known suffixes: "
+        f"{', '.join(_JSONL_NAMES)} (optionally {', '.join(_COMPRESSIONS)}), "
+        f"{', '.join(_TABLE_SUFFIXES)}"
+    )
 
 
 def expand_documents(patterns: tuple[str, ...]) -> list[str]:
@@ -40,7 +96,8 @@ def expand_documents(patterns: tuple[str, ...]) -> list[str]:
         paths, as dolma's ``src`` column shows them); full URLs for remote ones.
 
     Raises:
-        ConfigError: a pattern matches nothing, or a file is named twice.
+        ConfigError: a pattern matches nothing, a file is named twice, or a file's name is
+            not one of a file of documents (:func:`input_kind`).
     """
     files: list[str] = []
     for pattern in patterns:
@@ -54,6 +111,7 @@ def expand_documents(patterns: tuple[str, ...]) -> list[str]:
         files.extend(_as_given(pattern, path, p, fs) for p in found)
     seen: set[str] = set()
     for f in files:
+        input_kind(f)
         if f in seen:
             raise ConfigError(f"documents: {f} is named twice by the patterns")
         seen.add(f)
@@ -73,8 +131,9 @@ def _as_given(pattern: str, stripped: str, found: str, fs: Any) -> str:
 
 @dataclass(frozen=True)
 class InputDocument:
-    """One document read from a line: stripped text, id, source path, 1-based line, and
-    the trained character spans of the text (``None`` without ``loss_spans_field``)."""
+    """One document read from a line or row: stripped text, id, source path, 1-based line or
+    row (``loc``), and the trained character spans of the text (``None`` without
+    ``loss_spans_field``)."""
 
     text: str
     id: str
@@ -85,7 +144,8 @@ class InputDocument:
 
 @dataclass
 class ReadCounts:
-    """What a reader saw: lines, documents given out, empty texts and bad lines skipped."""
+    """What a reader saw: lines (or rows), documents given out, empty texts and bad lines
+    (or rows) skipped."""
 
     lines: int = 0
     documents: int = 0
@@ -110,6 +170,113 @@ def _field(obj: Any, keys: tuple[str, ...]) -> Any:
     return obj
 
 
+def _keys(dotted: str | None) -> tuple[str, ...] | None:
+    return tuple(dotted.split(".")) if dotted else None
+
+
+_BAD = object()
+"""A record that is not an object at all (a line that is not JSON), already counted bad."""
+
+
+class DocumentReader:
+    """Documents of one input file, in file order; the rules every kind shares.
+
+    A subclass gives the file's records (:meth:`_records`) and turns one into an object
+    (:meth:`_object`); each object becomes a document by :meth:`_document`.
+
+    Args:
+        path: The file (as :func:`expand_documents` spells it).
+        text_field: Key of the text (dotted for nested objects).
+        id_field: Key of the id (a record without it is bad, as dolma drops it); ``None`` or
+            empty: every document gets dolma's ``{sha256(path)}-{n}`` (``n``: line or row).
+        skip_bad_lines: Count bad records instead of failing.
+        loss_spans_field: Key of the trained character spans (dotted for nested objects);
+            ``None``: documents carry none.
+        storage_options: fsspec options of the file's file system.
+
+    Attributes:
+        path: The file.
+        counts: What was read so far (``lines`` counts lines or rows).
+    """
+
+    unit = "line"
+    """What one record is called in messages."""
+
+    def __init__(
+        self,
+        path: str,
+        text_field: str,
+        id_field: str | None,
+        *,
+        skip_bad_lines: bool = False,
+        loss_spans_field: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.path = path
+        self._text = tuple(text_field.split("."))
+        self._id = _keys(id_field)
+        self._spans = _keys(loss_spans_field)
+        self._skip = skip_bad_lines
+        self._storage_options = dict(storage_options or {})
+        self.counts = ReadCounts()
+        self._path_hash = hashlib.sha256(path.encode()).hexdigest()
+
+    def _records(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _object(self, number: int, record: Any) -> Any:
+        """Record ``number`` as an object to take the fields from (default: itself)."""
+        return record
+
+    def _bad(self, number: int, why: str) -> None:
+        message = f"{self.path}: {self.unit} {number} {why}"
+        if not self._skip:
+            raise FormatError(f"{message}; fix the {self.unit} or pass --skip-bad-lines to skip it")
+        self.counts.bad += 1
+        if len(self.counts.bad_examples) < 5:
+            self.counts.bad_examples.append(message)
+
+    def _document(self, number: int, obj: Any) -> InputDocument | None:
+        """Record ``number``'s document, or ``None`` (empty text, or bad and skipped)."""
+        text = _field(obj, self._text)
+        if not isinstance(text, str):
+            what = "has no" if text is None else f"has a {type(text).__name__} in its"
+            self._bad(number, f"{what} text field {'.'.join(self._text)!r}; expected a string")
+            return None
+        raw, text = text, text.strip()
+        if not text:
+            self.counts.empty += 1
+            return None
+        trained = None
+        if self._spans is not None:
+            try:
+                trained = parse_spans(_field(obj, self._spans), raw, text)
+            except ValueError as exc:
+                self._bad(number, f"loss spans field {'.'.join(self._spans)!r} {exc}")
+                return None
+        if self._id is None:
+            doc_id = f"{self._path_hash}-{number}"
+        else:
+            doc_id = _field(obj, self._id)
+            if doc_id is None:  # dolma logs an error and drops the document
+                self._bad(number, f"has no id field {'.'.join(self._id)!r} (--id-field)")
+                return None
+            doc_id = str(doc_id)
+        return InputDocument(text, doc_id, self.path, number, trained)
+
+    def __iter__(self) -> Iterator[InputDocument]:
+        try:
+            for number, record in enumerate(self._records(), start=1):
+                self.counts.lines += 1
+                obj = self._object(number, record)
+                doc = None if obj is _BAD else self._document(number, obj)
+                if doc is not None:
+                    self.counts.documents += 1
+                    yield doc
+        except (OSError, EOFError) as exc:
+            raise FormatError(f"{self.path}: cannot read: {exc}") from exc
+
+
 def _lines(fh: Any, block: int = 1 << 20) -> Iterator[bytes]:
     """Lines of a binary stream by ``read()`` alone (decompressors such as zstd's have no
     ``readline``); the last line may lack its newline."""
@@ -122,84 +289,96 @@ def _lines(fh: Any, block: int = 1 << 20) -> Iterator[bytes]:
         yield rest
 
 
-class LineReader:
-    """Documents of one input file, in line order.
+def _compression(path: str) -> str:
+    """fsspec's compression of a JSONL file, by its last suffix."""
+    name = path.lower()
+    return next((c for s, c in _COMPRESSIONS.items() if name.endswith(s)), "infer")
 
-    Args:
-        path: The file (as :func:`expand_documents` spells it).
-        text_field: Key of the text (dotted for nested objects).
-        id_field: Key of the id (a line without it is bad, as dolma drops it); ``None`` or
-            empty: every document gets dolma's ``{sha256(path)}-{line}``.
-        skip_bad_lines: Count bad lines instead of failing.
-        loss_spans_field: Key of the trained character spans (dotted for nested objects);
-            ``None``: documents carry none.
+
+class LineReader(DocumentReader):
+    """Documents of one JSONL file, in line order (arguments: :class:`DocumentReader`)."""
+
+    def _records(self) -> Iterator[bytes]:
+        compression = _compression(self.path)
+        with fsspec.open(self.path, "rb", compression=compression, **self._storage_options) as fh:
+            yield from _lines(fh)
+
+    def _object(self, number: int, record: bytes) -> Any:
+        try:
+            return json.loads(record)
+        except ValueError as exc:
+            self._bad(number, f"is not valid JSON ({exc})")
+            return _BAD
+
+
+_TABLE_ROWS: dict[str, Callable[..., Iterator[dict[str, Any]]]] = {
+    "parquet": arrow_text.iter_text_rows,
+    "arrow": arrow_text.iter_text_rows,
+    "mds": mds_text.iter_text_rows,
+}
+"""The text reader of each table kind (:func:`input_kind`)."""
+
+
+class TableReader(DocumentReader):
+    """Documents of one Parquet, Arrow IPC or MDS file, in row order: the rules of
+    :class:`DocumentReader`, each row an object of the columns the fields name (the first
+    part of each dotted field; the rest reaches into a struct or JSON value).
+
+    Arguments: :class:`DocumentReader`'s.
+
+    Raises:
+        ConfigError: (when built) the file's name is not a table's (:func:`input_kind`).
     """
 
-    def __init__(
-        self,
-        path: str,
-        text_field: str,
-        id_field: str | None,
-        *,
-        skip_bad_lines: bool = False,
-        loss_spans_field: str | None = None,
-    ) -> None:
-        self.path = path
-        self._text = tuple(text_field.split("."))
-        self._id = tuple(id_field.split(".")) if id_field else None
-        self._spans = tuple(loss_spans_field.split(".")) if loss_spans_field else None
-        self._skip = skip_bad_lines
-        self.counts = ReadCounts()
-        self._path_hash = hashlib.sha256(path.encode()).hexdigest()
+    unit = "row"
 
-    def _bad(self, line_no: int, why: str) -> None:
-        message = f"{self.path}: line {line_no} {why}"
-        if not self._skip:
-            raise FormatError(f"{message}; fix the line or pass --skip-bad-lines to skip it")
-        self.counts.bad += 1
-        if len(self.counts.bad_examples) < 5:
-            self.counts.bad_examples.append(message)
+    def __init__(self, path: str, *args: Any, **kwargs: Any) -> None:
+        super().__init__(path, *args, **kwargs)
+        read = _TABLE_ROWS.get(input_kind(path))
+        if read is None:
+            raise ConfigError(f"{path}: a JSONL file, not a table; read it with LineReader")
+        self._read = read
+        fields = {"text_field": self._text, "id_field": self._id,
+                  "loss_spans_field": self._spans}  # fmt: skip
+        self._options: dict[str, str] = {}  # column -> the option that names it
+        for option, keys in fields.items():
+            if keys is not None:
+                self._options.setdefault(keys[0], option)
 
-    def _document(self, line_no: int, line: bytes) -> InputDocument | None:
+    def _records(self) -> Iterator[dict[str, Any]]:
         try:
-            obj = json.loads(line)
-        except ValueError as exc:
-            self._bad(line_no, f"is not valid JSON ({exc})")
-            return None
-        text = _field(obj, self._text)
-        if not isinstance(text, str):
-            what = "has no" if text is None else f"has a {type(text).__name__} in its"
-            self._bad(line_no, f"{what} text field {'.'.join(self._text)!r}; expected a string")
-            return None
-        raw, text = text, text.strip()
-        if not text:
-            self.counts.empty += 1
-            return None
-        trained = None
-        if self._spans is not None:
-            try:
-                trained = parse_spans(_field(obj, self._spans), raw, text)
-            except ValueError as exc:
-                self._bad(line_no, f"loss spans field {'.'.join(self._spans)!r} {exc}")
-                return None
-        if self._id is None:
-            doc_id = f"{self._path_hash}-{line_no}"
-        else:
-            doc_id = _field(obj, self._id)
-            if doc_id is None:  # dolma logs an error and drops the document
-                self._bad(line_no, f"has no id field {'.'.join(self._id)!r} (--id-field)")
-                return None
-            doc_id = str(doc_id)
-        return InputDocument(text, doc_id, self.path, line_no, trained)
+            yield from self._read(self.path, list(self._options), self._storage_options)
+        except MissingColumnError as exc:
+            option = self._options.get(exc.column, "text_field")
+            raise FormatError(f"{exc}; set {option}") from None
 
-    def __iter__(self) -> Iterator[InputDocument]:
-        try:
-            with fsspec.open(self.path, "rb", compression="infer") as fh:
-                for line_no, line in enumerate(_lines(fh), start=1):
-                    self.counts.lines += 1
-                    doc = self._document(line_no, line)
-                    if doc is not None:
-                        self.counts.documents += 1
-                        yield doc
-        except (OSError, EOFError) as exc:
-            raise FormatError(f"{self.path}: cannot read: {exc}") from exc
+
+def open_documents(
+    path: str,
+    text_field: str,
+    id_field: str | None,
+    *,
+    skip_bad_lines: bool = False,
+    loss_spans_field: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> DocumentReader:
+    """A reader of the documents of ``path``, by its kind (:func:`input_kind`).
+
+    Args: As :class:`DocumentReader`.
+
+    Returns:
+        A :class:`LineReader` (JSONL) or :class:`TableReader` (Parquet, Arrow, MDS); iterate
+        it for :class:`InputDocument` s, then read its ``counts``.
+
+    Raises:
+        ConfigError: a name of no known kind.
+    """
+    reader = LineReader if input_kind(path) == "jsonl" else TableReader
+    return reader(
+        path,
+        text_field,
+        id_field,
+        skip_bad_lines=skip_bad_lines,
+        loss_spans_field=loss_spans_field,
+        storage_options=storage_options,
+    )

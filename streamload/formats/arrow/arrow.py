@@ -59,7 +59,14 @@ from streamload.formats.base import (
     local_path,
 )
 
-__all__ = ["ARROW_FILE_MAGIC", "FORMAT", "STREAM_CONTINUATION", "ArrowFormat", "ArrowShard"]
+__all__ = [
+    "ARROW_FILE_MAGIC",
+    "FORMAT",
+    "STREAM_CONTINUATION",
+    "ArrowFormat",
+    "ArrowShard",
+    "ipc_batches",
+]
 
 ARROW_FILE_MAGIC = b"ARROW1"
 """First (and last) bytes of an Arrow IPC *file*."""
@@ -82,10 +89,12 @@ def is_arrow_ipc(head: bytes) -> bool:
 
 
 @contextlib.contextmanager
-def _batches(fs: Any, path: str, size: int) -> Iterator[tuple[Any, Iterator[Any], str]]:
-    """``(schema, record batches, "file" | "stream")`` of an IPC file: memory-mapped when
-    local, else read through ``fs``; pyarrow's parse errors become :class:`FormatError`
-    (:func:`~streamload.formats.arrow.columns.arrow_errors`)."""
+def ipc_batches(fs: Any, path: str, size: int) -> Iterator[tuple[Any, Iterator[Any], str]]:
+    """``(schema, record batches, "file" | "stream")`` of an IPC file of ``size`` bytes:
+    memory-mapped when local, else read through ``fs``; pyarrow's parse errors inside the
+    block become :class:`FormatError`
+    (:func:`~streamload.formats.arrow.columns.arrow_errors`), and a stream read to its end
+    must end with its end-of-stream marker, at the file's end."""
     pa = import_pyarrow(path)
     local = local_path(path)
     with arrow_errors(path, "Arrow IPC"), contextlib.ExitStack() as stack:
@@ -149,7 +158,7 @@ class ArrowShard:
         self._pieces: list[np.ndarray | None] = []
         self._raw: list[Any] = []  # a mask's flags as stored, converted on first use
         offsets = []
-        with _batches(None, local, info.size) as (self._schema, batches, _kind):
+        with ipc_batches(None, local, info.size) as (self._schema, batches, _kind):
             for number, batch in enumerate(batches):
                 offsets.append(self._read_batch(batch, column, number))
                 self._batches.append(batch)
@@ -238,7 +247,7 @@ class ArrowFormat:
         # that would need a flatbuffer parser of our own. datasets writes streams of
         # <= 500 MB; a remote source's files are then read once per listed version (the
         # catalog cache) and once more into the disk cache when opened.
-        with _batches(fs, file.path, file.size) as (schema, batches, kind):
+        with ipc_batches(fs, file.path, file.size) as (schema, batches, kind):
             dtype = token_dtype(schema, column, file.path)
             for count, batch in enumerate(batches, 1):
                 where = f"{file.path}: record batch {count - 1}"

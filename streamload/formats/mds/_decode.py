@@ -25,7 +25,7 @@ from streamload.formats._mds_index import MdsShardEntry
 from streamload.formats.base import check_configured_dtype
 from streamload.formats.mds._column import NDARRAY_DTYPE_CODES, TokenColumn
 
-__all__ = ["DecodedShard", "decode_shard"]
+__all__ = ["DecodedShard", "column_spans", "decode_shard", "sample_offsets"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def _u32(buf: np.ndarray, starts: np.ndarray, count: int) -> np.ndarray:
     return np.ascontiguousarray(buf[idx]).view("<u4").astype(np.int64)
 
 
-def _sample_offsets(buf: np.ndarray, entry: MdsShardEntry, where: str) -> np.ndarray:
+def sample_offsets(buf: np.ndarray, entry: MdsShardEntry, where: str) -> np.ndarray:
     size = buf.size
     if size < 4:
         raise FormatError(f"{where}: {size} bytes; an MDS shard starts with a u32 sample count")
@@ -71,7 +71,7 @@ def _sample_offsets(buf: np.ndarray, entry: MdsShardEntry, where: str) -> np.nda
     return offsets
 
 
-def _column_spans(
+def column_spans(
     buf: np.ndarray, offsets: np.ndarray, entry: MdsShardEntry, position: int, where: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(start, size) in bytes of column ``position`` in every sample."""
@@ -179,8 +179,8 @@ def decode_shard(data: Any, entry: MdsShardEntry, col: TokenColumn, where: str) 
         FormatError: a header, offset or size that disagrees with the index or the file.
     """
     buf = np.frombuffer(data, dtype=np.uint8)
-    offsets = _sample_offsets(buf, entry, where)
-    starts, sizes = _column_spans(buf, offsets, entry, col.position, where)
+    offsets = sample_offsets(buf, entry, where)
+    starts, sizes = column_spans(buf, offsets, entry, col.position, where)
     values, counts, dtype = _values(buf, starts, sizes, col, where)
     nbytes = counts * dtype.itemsize
     out = np.empty(int(nbytes.sum()), dtype=np.uint8)

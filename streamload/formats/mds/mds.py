@@ -65,7 +65,7 @@ from streamload.formats.mds.write import (
 )
 
 __all__ = ["FORMAT", "FORMAT_NAME", "MDS_SIZE_LIMIT", "TOKEN_COLUMN", "MdsFormat", "MdsShard",
-           "MdsWriter"]  # fmt: skip
+           "MdsWriter", "shard_entry"]  # fmt: skip
 
 FORMAT_NAME = "mds"
 TOKEN_COLUMN = "tokens"
@@ -104,8 +104,12 @@ class MdsShard:
         return self._bounds
 
 
-def _entry(index: MdsIndex, file: ListedFile) -> tuple[MdsShardEntry, str | None]:
-    """The file's index entry and its compression (``None``: the raw shard)."""
+def shard_entry(index: MdsIndex, file: ListedFile) -> tuple[MdsShardEntry, str | None]:
+    """The file's index entry and its compression (``None``: the raw shard).
+
+    Raises:
+        FormatError: the index does not list the file, or lists another size for it.
+    """
     name = posixpath.basename(file.path)
     entry = index.shards.get(name)
     if entry is None:
@@ -160,7 +164,7 @@ class MdsFormat:
 
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
         index: MdsIndex = load_index(fs, file.path, "MDS", parse_mds_index)
-        entry, compression = _entry(index, file)
+        entry, compression = shard_entry(index, file)
         col = token_column(entry, options.column, options.dtype, file.path)
         data = read_listed(fs, file.path, file.size)
         meta = _meta(entry, col, compression)
