@@ -73,7 +73,8 @@ COMPANION_PREFIXES = ("doc_lens", "doc_lengths", "document_lengths", "label_mask
 :func:`~streamload.formats.mask_names.is_mask_name`). Read as tokens they were extra shards
 of another dtype (issue 36)."""
 
-TEXT_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".jsonl.zst", ".parquet", ".arrow", ".mds")  # TEMP
+_METADATA = ("index.json", "state.json", "dataset_info.json")
+"""A folder's records (MDS, LitData, save_to_disk): never JSON documents (nor X.tok.json)."""
 
 _GLOB_CHARS = "*?["
 _MDS_SUFFIXES = (".mds", ".mds.zstd", ".mds.gz")
@@ -150,7 +151,9 @@ def list_entries(
     """
     files: list[ListedFile] = []
     what = "loss-mask files" if masks else "text files" if text else "token files"
-    suffixes = TEXT_SUFFIXES if text else TOKEN_SUFFIXES
+    suffixes = TOKEN_SUFFIXES
+    if text:  # fsspec-level module: only when a text source is listed
+        from streamload.tokenize.inputs import TEXT_SUFFIXES as suffixes
     indexes: FolderIndexes = {}
     field = "label_masks" if masks else "path"
     for raw, entry in zip(raws, entries, strict=True):
@@ -205,15 +208,12 @@ def _is_token_file(fs: Any, info: dict[str, Any]) -> bool:
     (:data:`COMPANION_PREFIXES`), which go with token files."""
     name = posixpath.basename(info["name"])
     companion = is_mask_name(name) or name.startswith(COMPANION_PREFIXES)
+    companion = companion or name in _METADATA or name.endswith(".tok.json")
     return not companion and _is_file(fs, info)
 
 
 def _expand(
-    fs: Any,
-    entry: str,
-    column: str | None,
-    indexes: FolderIndexes,
-    suffixes: tuple[str, ...] = TOKEN_SUFFIXES,
+    fs: Any, entry: str, column: str | None, indexes: FolderIndexes, suffixes: tuple[str, ...]
 ) -> list[tuple[dict[str, Any], str]]:
     """The listed entries (fsspec infos) of one path entry, each with its relative path, in
     listing order: one attempt of a few requests (exists/isdir/isfile, then ls/glob/info).

@@ -34,6 +34,7 @@ from streamload.config.source import ShardFormat
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, StreamloadError
 from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
+from streamload.tokenize.inputs import input_kind
 from streamload.tokenize.text_build import BuildReport, ensure_cache
 from streamload.tokenize.text_cache import TextCache, TextInput, TextSettings
 
@@ -85,6 +86,14 @@ def list_text_inputs(source: SourceConfig, storage: StorageConfig | None = None)
     files = list_entries(fs, source, source.paths, entries, storage, text=True)
     local = is_local(fs)
     urls = [f.path if local else str(fs.unstrip_protocol(f.path)) for f in files]
+    wanted = _KINDS.get(source.format)
+    for url in urls:  # every file's kind known (and the one asked for) before any work
+        kind = input_kind(url)
+        if wanted is not None and kind != wanted:
+            raise ConfigError(
+                f"source {source.name!r}: {url} is a {kind} file but format = {wanted!r}; "
+                'use format = "text" to read files of several kinds'
+            )
     return [TextInput(u, f.relpath, f.size, f.version) for u, f in zip(urls, files, strict=True)]
 
 

@@ -201,6 +201,9 @@ class DocumentReader:
 
     unit = "line"
     """What one record is called in messages."""
+    skip_hint = "pass --skip-bad-lines to skip it"
+    """How a bad record's message says to skip such records (a text source's says its
+    ``on_error``)."""
 
     def __init__(
         self,
@@ -231,7 +234,7 @@ class DocumentReader:
     def _bad(self, number: int, why: str) -> None:
         message = f"{self.path}: {self.unit} {number} {why}"
         if not self._skip:
-            raise FormatError(f"{message}; fix the {self.unit} or pass --skip-bad-lines to skip it")
+            raise FormatError(f"{message}; fix the {self.unit} or {self.skip_hint}")
         self.counts.bad += 1
         if len(self.counts.bad_examples) < 5:
             self.counts.bad_examples.append(message)

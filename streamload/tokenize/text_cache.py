@@ -48,7 +48,7 @@ from typing import Any
 from streamload.errors import ConfigError, FormatError
 from streamload.formats.encoder import DocumentEncoder
 from streamload.tokenize.config import DEFAULT_MAX_SIZE, OutputFormat
-from streamload.tokenize.inputs import ReadCounts
+from streamload.tokenize.inputs import ReadCounts, open_documents
 from streamload.tokenize.outputs import PartWriter, choose_dtype
 from streamload.util.files import file_sha256, write_atomic
 
@@ -118,6 +118,11 @@ class TextCache:
 
         self.settings = settings
         self.storage_options = dict(storage_options or {})
+        if not os.path.isfile(settings.tokenizer):
+            raise ConfigError(
+                f"tokenizer {settings.tokenizer!r}: no such file; give the path of a "
+                "tokenizer.json (Hugging Face tokenizers)"
+            )
         self.tokenizer_sha256 = file_sha256(settings.tokenizer)
         encoder = self.encoder()
         special = {"bos_token_id": settings.bos_token_id, "eos_token_id": settings.eos_token_id}
@@ -340,14 +345,12 @@ def _encode_into(
 
 
 def _open_documents(url: str, s: TextSettings, storage_options: dict[str, Any]) -> Any:
-    """A reader of ``url``'s documents (TEMPORARY until open_documents lands)."""
-    from streamload.tokenize import inputs
-
-    opener = getattr(inputs, "open_documents", None)
-    if opener is not None:
-        return opener(url, s.text_field, None, skip_bad_lines=s.skip_bad,
-                      storage_options=storage_options)  # fmt: skip
-    return inputs.LineReader(url, s.text_field, None, skip_bad_lines=s.skip_bad)
+    """A reader of ``url``'s documents whose messages speak of the source's options."""
+    reader = open_documents(
+        url, s.text_field, None, skip_bad_lines=s.skip_bad, storage_options=storage_options
+    )
+    reader.skip_hint = 'set on_error = "skip" in the source to skip and count such rows'
+    return reader
 
 
 _ENCODERS: dict[tuple[Any, ...], DocumentEncoder] = {}
