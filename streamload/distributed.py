@@ -29,6 +29,7 @@ rank.
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -342,8 +343,9 @@ def prepare_text_in_job(config: Any, processes: int = 1) -> None:
     (docs/text.md): under ``torch.distributed`` the input files are dealt to the global
     group's ranks (every rank, model-parallel ones too), each tokenizes its share, waits on
     the cache for the others', and a barrier ends it; rank 0 shows the progress. Without a
-    process group the processes share the work through file locks. A no-op without text
-    sources."""
+    process group the processes share the work through file locks. Under torchrun each of
+    a host's ``LOCAL_WORLD_SIZE`` ranks gets ``cores / LOCAL_WORLD_SIZE`` tokenizer threads
+    (``RAYON_NUM_THREADS``, unless set). A no-op without text sources."""
     sources = [s for s in config.sources if s.is_text]
     if not sources:
         return
@@ -352,6 +354,9 @@ def prepare_text_in_job(config: Any, processes: int = 1) -> None:
     from streamload.catalog.text_source import prepare_text_source
     from streamload.tokenize.text_progress import TextProgress
 
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)  # torchrun's ranks per host
+    if local > 1 and "RAYON_NUM_THREADS" not in os.environ:  # each rank's tokenizer threads
+        os.environ["RAYON_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // local))
     grouped = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if grouped else (0, 1)
     for source in sources:

@@ -37,6 +37,7 @@ from streamload.formats.base import ListedFile, ReadOptions, ShardInfo
 from streamload.tokenize.inputs import input_kind
 from streamload.tokenize.text_build import BuildReport, ensure_cache
 from streamload.tokenize.text_cache import TextCache, TextInput, TextSettings
+from streamload.tokenize.text_progress import TextProgress
 
 __all__ = [
     "describe_text_source",
@@ -160,7 +161,13 @@ def describe_text_source(
     )
 
     cache = text_cache(source, storage)
-    report = prepare_text_source(source, storage)
+    shown = os.environ.get("RANK", "0") == "0"  # one bar per job (torchrun sets RANK)
+    progress = TextProgress(0, source.name) if shown else None
+    try:
+        report = prepare_text_source(source, storage, progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
     inputs = [TextInput(**m["input"]) for m in report.markers]
     derived = tokens_source(source, cache)
     fs, _ = source_filesystem(derived, storage)
