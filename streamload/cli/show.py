@@ -37,7 +37,11 @@ def add_parser(sub: Any) -> None:
         metavar="STEP:B,...",
         help="global batch sizes of a run resumed with others, e.g. 0:64,1000:128",
     )
-    p.add_argument("--tokenizer", metavar="PATH", help="tokenizer.json: print decoded text")
+    p.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json: print decoded text (default: a text source's own tokenizer)",
+    )
     p.add_argument(
         "--max-tokens",
         type=int,
@@ -65,9 +69,12 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         batch_sizes=parse_batch_sizes(args.batch_sizes) if args.batch_sizes else (),
     )
-    decoder = load_decoder(args.tokenizer) if args.tokenizer else None
-    stream = SampleStream.from_config(load_config(args.config))
-    report = describe_step(stream, load_step(stream, request), decoder, args.tokenizer)
+    config = load_config(args.config)
+    # a text source's own tokenizer decodes when --tokenizer is not given (the first one's)
+    tokenizer = args.tokenizer or next((s.tokenizer for s in config.sources if s.is_text), None)
+    decoder = load_decoder(tokenizer) if tokenizer else None
+    stream = SampleStream.from_config(config)
+    report = describe_step(stream, load_step(stream, request), decoder, tokenizer)
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
     else:

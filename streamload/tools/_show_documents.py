@@ -109,14 +109,10 @@ class DocumentTracer:
         sid, local = source.shards.locate(offset)
         info = source.shards.shards[sid]
         shard = source.shards.shard(sid)
-        self.shards.setdefault(
-            info.path,
-            {
-                "format": info.format,
-                "tokenizer": info.meta.get("tokenizer"),
-                "text_input": info.meta.get("text_input"),
-            },
-        )
+        entry = {"format": info.format, "tokenizer": info.meta.get("tokenizer")}
+        if info.meta.get("text_input"):  # a text source's cache part: the file it came from
+            entry["text_input"] = info.meta["text_input"]
+        self.shards.setdefault(info.path, entry)
         out.update(shard=info.path, shard_offset=local)
         bounds = shard.document_bounds()
         if bounds is not None:
