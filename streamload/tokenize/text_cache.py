@@ -34,6 +34,7 @@ folder, uploaded (tokens last), then the marker.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -172,16 +173,30 @@ class TextCache:
             return None  # a part removed or cut since: the file is tokenized again
         return marker
 
-    def error(self, item: TextInput) -> str | None:
-        """The message a failed build of ``item`` left, if any."""
+    def failure(self, item: TextInput) -> dict[str, str] | None:
+        """The error marker a failed build of ``item`` left (``error``: the message,
+        ``built``: which build, so that a waiter tells a failure it waited on from an
+        earlier run's), or ``None``."""
         try:
             data = self.fs.cat_file(self.path(self.file_key(item) + ".error.json"))
         except FileNotFoundError:
             return None
         try:
-            return str(json.loads(data)["error"])
+            found = json.loads(data)
+            return {"error": str(found["error"]), "built": str(found.get("built", ""))}
         except (ValueError, KeyError, TypeError):
-            return f"{item.url}: tokenizing it failed in another process (unreadable record)"
+            message = f"{item.url}: tokenizing it failed in another process (unreadable record)"
+            return {"error": message, "built": hashlib.sha256(data).hexdigest()}
+
+    def discard_staging(self, item: TextInput) -> None:
+        """Remove what killed builds of ``item`` left in the local staging folder. Only for
+        the holder of the file's claim: no other process is building it then."""
+        if self.local:
+            prefix = f".{self.file_key(item)}."
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(self.path(".staging")):
+                    if entry.name.startswith(prefix):
+                        shutil.rmtree(entry.path, ignore_errors=True)
 
     def build(self, item: TextInput, progress: ProgressFn | None = None) -> dict[str, Any]:
         """Tokenize ``item`` into the cache and return its marker.
@@ -196,7 +211,8 @@ class TextCache:
             try:
                 marker = self._write(item, key, staging, progress)
             except (FormatError, ConfigError) as exc:
-                self._put_bytes(key + ".error.json", json.dumps({"error": str(exc)}).encode())
+                failure = {"error": str(exc), "built": _build_stamp()}
+                self._put_bytes(key + ".error.json", json.dumps(failure).encode())
                 raise
             self._publish(staging, marker)
         finally:
@@ -253,7 +269,7 @@ class TextCache:
             "empty": counts.empty,
             "bad": counts.bad,
             "bad_examples": counts.bad_examples,
-            "built": f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+            "built": _build_stamp(),
         }
 
     def _publish(self, staging: str, marker: dict[str, Any]) -> None:
@@ -362,6 +378,11 @@ def _encoder(path: str, bos: int | None, eos: int | None, sha256: str) -> Docume
     if key not in _ENCODERS:
         _ENCODERS[key] = DocumentEncoder(path, bos, eos)
     return _ENCODERS[key]
+
+
+def _build_stamp() -> str:
+    """Which build wrote a marker: time, pid and a random tag."""
+    return f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _size(path: str) -> int:
