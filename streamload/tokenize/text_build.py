@@ -33,6 +33,8 @@ import heapq
 import logging
 import multiprocessing
 import os
+import shutil
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +45,7 @@ from streamload.tokenize.lock import try_exclusive
 from streamload.tokenize.text_cache import TextCache, TextInput
 from streamload.util.lifeline import exit_with_parent
 
-__all__ = ["BuildReport", "deal", "ensure_cache"]
+__all__ = ["BuildReport", "deal", "discard_staging", "ensure_cache"]
 
 _LOG = logging.getLogger("streamload.text")
 
@@ -209,7 +211,7 @@ class _Builder:
             failure = self.cache.failure(item) if self.cache.local else None
             if failure is not None and failure != seen:  # it failed while we waited
                 raise FormatError(failure["error"])
-            self.cache.discard_staging(item)  # what a killed build left
+            discard_staging(self.cache, item)  # what a killed build left
             self.running[self._submit(i)] = (i, lock)
         except BaseException:
             lock.__exit__(None, None, None)
@@ -252,6 +254,35 @@ def _file_lock(cache: TextCache, item: TextInput, blocking: bool) -> Any:
         return contextlib.nullcontext(True)
     path = cache.path(f".locks/{cache.file_key(item)}")
     return try_exclusive(path, blocking=blocking)
+
+
+def discard_staging(cache: TextCache, item: TextInput) -> None:
+    """Remove the staging folders killed builds of ``item`` on this host left in a local
+    cache (:meth:`TextCache.build` names them ``.<file key>.<host>-<pid>-<random>``): called
+    by the holder of the file's claim; a live writer's folder is kept even where ``flock``
+    does not lock, and another host's is left alone."""
+    if cache.local:
+        prefix = f".{cache.file_key(item)}."
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(cache.path(".staging")):
+                if entry.name.startswith(prefix) and _abandoned(entry.name[len(prefix) :]):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _abandoned(writer: str) -> bool:
+    """Whether ``HOST-PID-XXXXXXXX`` names a process of this host that is gone (or a
+    zombie: a killed pool worker whose new parent, a container's init, never reaps it)."""
+    try:
+        host, pid, _ = writer.rsplit("-", 2)
+        if host != socket.gethostname() or int(pid) in (0, os.getpid()):
+            return False
+        os.kill(int(pid), 0)  # signal 0: only whether it exists
+        with open(f"/proc/{int(pid)}/stat", encoding="utf-8") as fh:
+            return fh.read().rpartition(")")[2].split()[0] == "Z"
+    except ProcessLookupError:
+        return True
+    except (ValueError, OverflowError, OSError, IndexError):  # not such a name; EPERM; no /proc
+        return False
 
 
 def _poll(

@@ -34,11 +34,11 @@ folder, uploaded (tokens last), then the marker.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -188,16 +188,6 @@ class TextCache:
             message = f"{item.url}: tokenizing it failed in another process (unreadable record)"
             return {"error": message, "built": hashlib.sha256(data).hexdigest()}
 
-    def discard_staging(self, item: TextInput) -> None:
-        """Remove what killed builds of ``item`` left in the local staging folder. Only for
-        the holder of the file's claim: no other process is building it then."""
-        if self.local:
-            prefix = f".{self.file_key(item)}."
-            with contextlib.suppress(OSError):
-                for entry in os.scandir(self.path(".staging")):
-                    if entry.name.startswith(prefix):
-                        shutil.rmtree(entry.path, ignore_errors=True)
-
     def build(self, item: TextInput, progress: ProgressFn | None = None) -> dict[str, Any]:
         """Tokenize ``item`` into the cache and return its marker.
 
@@ -206,7 +196,8 @@ class TextCache:
                 marker then names it for the processes waiting on this file.
         """
         key = self.file_key(item)
-        staging = tempfile.mkdtemp(prefix=f".{key}.", dir=self._staging_root())
+        writer = f"{socket.gethostname()}-{os.getpid()}"  # text_build.discard_staging reads it
+        staging = tempfile.mkdtemp(prefix=f".{key}.{writer}-", dir=self._staging_root())
         try:
             try:
                 marker = self._write(item, key, staging, progress)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -137,13 +139,20 @@ def test_the_next_holder_removes_what_a_killed_build_staged(tmp_path: Path) -> N
     cache = cache_of(tmp_path)
     inputs = inputs_of(write_corpus(tmp_path / "in", files=2))
     staging = Path(cache.path(".staging"))
-    killed = staging / f".{cache.file_key(inputs[0])}.dead"
-    killed.mkdir(parents=True)
-    (killed / "x-00000.bin").write_bytes(b"\0" * 64)
-    other = staging / f".{cache.file_key(inputs[1])[:-1]}.alive"  # not that file's
-    other.mkdir()
+    gone = subprocess.Popen(["true"])  # its pid: a process of this host that has ended
+    gone.wait()
+    host, key = socket.gethostname(), cache.file_key(inputs[0])
+    killed = staging / f".{key}.{host}-{gone.pid}-abcd1234"
+    kept = [
+        f".{key}.{host}-{os.getpid()}-abcd1234",  # a live writer (flock may not lock)
+        f".{key}.elsewhere-1-abcd1234",  # another host's: cannot be checked here
+        f".{cache.file_key(inputs[1])[:-1]}x.{host}-1-abcd1234",  # another file's
+    ]
+    for folder in (killed, *(staging / name for name in kept)):
+        folder.mkdir(parents=True)
+        (folder / "x-00000.bin").write_bytes(b"\0" * 64)
     ensure_cache(cache, inputs)
-    assert sorted(os.listdir(staging)) == [other.name]
+    assert sorted(os.listdir(staging)) == sorted(kept)
 
 
 def test_a_holder_that_died_leaves_its_file_to_the_waiter(tmp_path: Path) -> None:
