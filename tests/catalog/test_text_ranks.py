@@ -91,7 +91,7 @@ def finish(procs: list[subprocess.Popen[bytes]]) -> list[tuple[int, str]]:
         except subprocess.TimeoutExpired:
             for other in procs:
                 other.kill()
-            pytest.fail(f"process {proc.args} did not finish in {TIMEOUT} s")
+            pytest.fail(f"process {proc.args!r} did not finish in {TIMEOUT} s")
         ended.append((proc.returncode, output.decode()[-3000:]))
     return ended
 

@@ -52,8 +52,8 @@ class Hooks(TypedDict, total=False):
     hold_for_waiter: str
 
 
-HOOKS: Hooks = {}
-"""The hooks of this process's caches (set by :func:`install`)."""
+HOOKS: dict[str, Any] = {}
+"""The hooks of this process's caches (:class:`Hooks`; set by :func:`install`)."""
 
 
 class HookedCache(TextCache):
@@ -61,7 +61,7 @@ class HookedCache(TextCache):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.hooks: Hooks = dict(HOOKS)  # type: ignore[assignment]  # pickled to workers
+        self.hooks: dict[str, Any] = dict(HOOKS)  # an attribute: pickled to pool workers
 
     def _write(self, item: TextInput, key: str, staging: str, progress: Any) -> dict[str, Any]:
         log = Path(self.hooks.get("log", "."))
