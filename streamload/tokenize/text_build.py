@@ -37,10 +37,11 @@ import shutil
 import socket
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamload.errors import FormatError
+from streamload.errors import FormatError, WorkerDiedError
 from streamload.tokenize.lock import try_exclusive
 from streamload.tokenize.text_cache import TextCache, TextInput
 from streamload.util.lifeline import exit_with_parent
@@ -107,6 +108,7 @@ def ensure_cache(
 
     Raises:
         FormatError: a bad row or an unreadable input (here or in the process that built it).
+        WorkerDiedError: a worker process of the pool died (``processes > 1``).
     """
     start = time.monotonic()
     report = BuildReport()
@@ -237,6 +239,13 @@ class _Builder:
             i, lock = self.running.pop(future)
             try:
                 self.markers[i] = future.result()
+            except BrokenProcessPool as exc:  # killed (the OOM killer, a user): not a traceback
+                raise WorkerDiedError(
+                    f"a tokenizing worker process died (killed, or out of memory) while "
+                    f"{self.inputs[i].url} or another file was tokenized into "
+                    f"{self.cache.url}; files left without a marker are tokenized again by "
+                    "the next run"
+                ) from exc
             finally:
                 lock.__exit__(None, None, None)
             self.built += 1

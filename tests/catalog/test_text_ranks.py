@@ -288,3 +288,18 @@ def test_a_bad_file_stops_a_prepares_pool_at_once(tmp_path: Path) -> None:
     cache = text_cache(source)
     big = next(i for i in list_text_inputs(source) if i.relpath == "a_big.jsonl")
     assert not [n for n in os.listdir(cache.folder) if n.startswith(cache.file_key(big))]
+
+
+def test_a_killed_pool_worker_fails_the_prepare_with_a_reason(tmp_path: Path) -> None:
+    """A worker killed mid-file (the OOM killer) ends ``prepare`` with one line, not a
+    traceback of the executor, and its file stays unpublished."""
+    config, source, key = with_big_file(tmp_path)
+    proc = start(hooks_arg(tmp_path, stall="part_big.jsonl"), "prepare", config, "--processes", 2)
+    wait_for_stall(proc, tmp_path / "log")
+    for flag in (tmp_path / "log").glob("stalled-*"):
+        os.kill(int(flag.name.split("-")[1]), signal.SIGKILL)
+    code, output = finish([proc])[0]
+    assert code == 2, output
+    assert "streamload prepare: error: " in output and "a tokenizing worker process died" in output
+    assert "Traceback" not in output
+    assert_nothing_published(text_cache(source), key)
