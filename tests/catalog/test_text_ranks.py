@@ -148,6 +148,8 @@ def test_processes_without_a_group_share_the_files_through_locks(tmp_path: Path)
     markers = [json.loads((tmp_path / "out" / f"markers-{n}.json").read_text()) for n in names]
     assert all(m == markers[0] for m in markers)
     assert_markers_name_their_builders(source, markers[0], pids)
+    catalogs = [json.loads((tmp_path / "out" / f"catalog-{n}.json").read_text()) for n in names]
+    assert all(c == catalogs[0] for c in catalogs) and len(catalogs[0]["paths"]) == 12
     for name in names:
         assert_batches_equal(expected, torch.load(tmp_path / "out" / f"batches-{name}.pt"), name)
 

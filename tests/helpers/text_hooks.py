@@ -22,7 +22,8 @@ claim) is logged and may be held:
 Worker processes of a pool get the hooks too: the cache is pickled with them, and
 unpickling imports this module. ``loader`` builds a loader (under a gloo process group with
 ``--group``), saves its first batches to ``OUT/batches-<rank or pid>.pt`` and the markers to
-``OUT/markers-<…>.json``; a :class:`~streamload.errors.StreamloadError` is written to
+``OUT/markers-<…>.json``, its catalog's fingerprint, shard paths and token counts to
+``OUT/catalog-<…>.json``; a :class:`~streamload.errors.StreamloadError` is written to
 ``OUT/error-<…>.txt`` and the process exits 3. ``prepare`` runs ``streamload prepare``.
 """
 
@@ -134,6 +135,7 @@ def loader(config: str, out: str, group: bool, steps: int) -> int:
     import torch.distributed as dist
 
     import streamload
+    from streamload.catalog.sources import describe_sources
     from streamload.catalog.text_source import prepare_text_source
     from streamload.config import load_config
     from streamload.errors import StreamloadError
@@ -150,12 +152,17 @@ def loader(config: str, out: str, group: bool, steps: int) -> int:
             if len(batches) == steps:
                 break
         built.close()
-        report = prepare_text_source(load_config(config).sources[0])  # done: reads markers
+        data = load_config(config)
+        report = prepare_text_source(data.sources[0])  # done: reads the markers
+        catalog = describe_sources(data)[0]
     except StreamloadError as exc:
         Path(out, f"error-{name}.txt").write_text(str(exc))
         return 3
     torch.save(batches, Path(out, f"batches-{name}.pt"))
     Path(out, f"markers-{name}.json").write_text(json.dumps(report.markers))
+    described = {"fingerprint": catalog.fingerprint(), "paths": [s.path for s in catalog.shards],
+                 "tokens": catalog.shards.num_tokens.tolist()}  # fmt: skip
+    Path(out, f"catalog-{name}.json").write_text(json.dumps(described))
     if group:
         dist.destroy_process_group()
     return 0
