@@ -198,3 +198,33 @@ def test_a_remote_rank_fails_with_the_owners_message(tmp_path: Path) -> None:
         ensure_cache(cache, inputs, rank=0, world=2)
     error = joined(thread, result)["error"]
     assert isinstance(error, FormatError) and str(error) == str(owner_error.value)
+
+
+def test_a_build_stopped_before_its_marker_is_redone_byte_identical(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped after its parts were moved into place but before the marker: the file is
+    not done (no marker), and the next run writes the same bytes over those parts."""
+    cache, clean = cache_of(tmp_path), cache_of(tmp_path, str(tmp_path / "clean"))
+    inputs = inputs_of(write_corpus(tmp_path / "in", files=2))
+    put = TextCache._put_bytes
+
+    def stop_at_the_marker(self: TextCache, name: str, data: bytes) -> None:
+        if name.endswith(".json") and "/" not in name:
+            raise KeyboardInterrupt
+        put(self, name, data)
+
+    monkeypatch.setattr(TextCache, "_put_bytes", stop_at_the_marker)
+    with pytest.raises(KeyboardInterrupt):
+        ensure_cache(cache, inputs)
+    key = cache.file_key(inputs[0])
+    assert sorted(n for n in os.listdir(cache.folder) if n.startswith(key)) == [
+        f"{key}-00000.bin",
+        f"{key}-00000.idx",
+    ]
+    assert cache.marker(inputs[0]) is None
+    monkeypatch.setattr(TextCache, "_put_bytes", put)
+    assert ensure_cache(cache, inputs).built == 2
+    ensure_cache(clean, inputs)
+    for name in sorted(n for n in os.listdir(clean.folder) if n.endswith((".bin", ".idx"))):
+        assert Path(cache.folder, name).read_bytes() == Path(clean.folder, name).read_bytes()
