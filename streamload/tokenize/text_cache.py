@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 import uuid
@@ -172,16 +173,20 @@ class TextCache:
             return None  # a part removed or cut since: the file is tokenized again
         return marker
 
-    def error(self, item: TextInput) -> str | None:
-        """The message a failed build of ``item`` left, if any."""
+    def failure(self, item: TextInput) -> dict[str, str] | None:
+        """The error marker a failed build of ``item`` left (``error``: the message,
+        ``built``: which build, so that a waiter tells a failure it waited on from an
+        earlier run's), or ``None``."""
         try:
             data = self.fs.cat_file(self.path(self.file_key(item) + ".error.json"))
         except FileNotFoundError:
             return None
         try:
-            return str(json.loads(data)["error"])
+            found = json.loads(data)
+            return {"error": str(found["error"]), "built": str(found.get("built", ""))}
         except (ValueError, KeyError, TypeError):
-            return f"{item.url}: tokenizing it failed in another process (unreadable record)"
+            message = f"{item.url}: tokenizing it failed in another process (unreadable record)"
+            return {"error": message, "built": hashlib.sha256(data).hexdigest()}
 
     def build(self, item: TextInput, progress: ProgressFn | None = None) -> dict[str, Any]:
         """Tokenize ``item`` into the cache and return its marker.
@@ -191,12 +196,14 @@ class TextCache:
                 marker then names it for the processes waiting on this file.
         """
         key = self.file_key(item)
-        staging = tempfile.mkdtemp(prefix=f".{key}.", dir=self._staging_root())
+        writer = f"{socket.gethostname()}-{os.getpid()}"  # text_build.discard_staging reads it
+        staging = tempfile.mkdtemp(prefix=f".{key}.{writer}-", dir=self._staging_root())
         try:
             try:
                 marker = self._write(item, key, staging, progress)
             except (FormatError, ConfigError) as exc:
-                self._put_bytes(key + ".error.json", json.dumps({"error": str(exc)}).encode())
+                failure = {"error": str(exc), "built": _build_stamp()}
+                self._put_bytes(key + ".error.json", json.dumps(failure).encode())
                 raise
             self._publish(staging, marker)
         finally:
@@ -253,7 +260,7 @@ class TextCache:
             "empty": counts.empty,
             "bad": counts.bad,
             "bad_examples": counts.bad_examples,
-            "built": f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+            "built": _build_stamp(),
         }
 
     def _publish(self, staging: str, marker: dict[str, Any]) -> None:
@@ -362,6 +369,11 @@ def _encoder(path: str, bos: int | None, eos: int | None, sha256: str) -> Docume
     if key not in _ENCODERS:
         _ENCODERS[key] = DocumentEncoder(path, bos, eos)
     return _ENCODERS[key]
+
+
+def _build_stamp() -> str:
+    """Which build wrote a marker: time, pid and a random tag."""
+    return f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _size(path: str) -> int:
