@@ -1,0 +1,257 @@
+"""Text sources on object storage: text inputs on S3, token caches on S3, against moto's S3
+server on 127.0.0.1 (``tests/servers/s3.py``).
+
+The promises (issue 32, items 2, 3 and 5): remote inputs give the batches of the same files
+read locally; a remote cache (``cache_dir = "s3://…"``) is filled once, with nothing staged
+left behind, and mapped by later starts; ranks sharing it each tokenize their share and
+wait for the others' markers, failing with the builder's message (never waiting forever)
+when a file is bad; a changed object gets a new entry beside the old one; resumption on a
+remote cache is exact.
+"""
+
+from __future__ import annotations
+
+import gzip
+import multiprocessing
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import streamload
+from streamload.catalog.sources import describe_source
+from streamload.catalog.text_source import list_text_inputs, prepare_text_source, text_cache
+from streamload.config import SourceConfig, load_config
+from streamload.errors import FormatError
+from streamload.testing import assert_batches_equal, assert_resumes_exactly
+from streamload.tokenize import inputs as text_inputs
+from streamload.tokenize.text_build import deal
+from streamload.tokenize.text_cache import TextCache
+from tests.catalog.test_text_source import batches, text_config, write_corpus
+from tests.servers.s3 import S3Server
+
+pytest.importorskip("moto.server")
+pytest.importorskip("s3fs")
+pytestmark = pytest.mark.filterwarnings("ignore:each pass")
+
+FAST = {"retries": 2, "backoff": 0.01, "timeout": 5.0}
+"""Short waits so a broken test fails in seconds."""
+
+CHILD_SECONDS = 120
+"""How long a rank process may take before the test calls it hung."""
+
+needs_remote_reader = pytest.mark.skipif(
+    not hasattr(text_inputs, "open_documents"),
+    reason="text inputs read through the source's storage_options with open_documents",
+)
+"""Remote *inputs* are opened with the source's ``storage_options`` by ``open_documents``
+(the text readers); the cache side needs no reader."""
+
+_PART = re.compile(r"[0-9a-f]{24}(-\d{5}\.(bin|idx)|\.json)|manifests/[0-9a-f]{32}\.json")
+"""The names a finished settings folder holds (``tokenize/text_cache.py``)."""
+
+
+def remote_config(
+    inputs: str | Path, cache_dir: str | Path, s3: S3Server, tmp: Path, mode: str = "concat",
+    **options: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """A text source reading ``inputs`` into ``cache_dir`` with the server's options
+    (``options`` added to them), its storage cache under ``tmp``."""
+    options = s3.storage_options(**options)
+    config = text_config(inputs, tmp / "unused", mode, storage_options=options)
+    config["sources"][0]["cache_dir"] = str(cache_dir)
+    config["storage"] = {"cache_dir": str(tmp / "storage-cache"), **FAST}
+    return config
+
+
+def source_of(config: dict[str, Any]) -> SourceConfig:
+    return SourceConfig(**config["sources"][0])
+
+
+def new_bucket(s3: S3Server) -> str:
+    name = f"b{uuid.uuid4().hex[:12]}"
+    s3.client().create_bucket(Bucket=name)
+    return name
+
+
+def objects(s3: S3Server, bucket: str, prefix: str = "") -> dict[str, str]:
+    """Key → ETag of every object under ``prefix``."""
+    pages = s3.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+
+def gzip_some(folder: Path) -> None:
+    """Every third JSONL file of ``folder`` compressed in place (``.jsonl.gz``)."""
+    for path in sorted(folder.glob("*.jsonl"))[::3]:
+        Path(f"{path}.gz").write_bytes(gzip.compress(path.read_bytes(), mtime=0))
+        path.unlink()
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> Path:
+    write_corpus(tmp_path / "in", files=6)
+    gzip_some(tmp_path / "in")
+    return tmp_path / "in"
+
+
+@needs_remote_reader
+@pytest.mark.parametrize("mode", ["concat", "packed"])
+def test_text_on_s3_reads_as_the_same_files_read_locally(
+    inputs: Path, s3: S3Server, tmp_path: Path, mode: str
+) -> None:
+    url = s3.upload_folder(inputs, new_bucket(s3), "corpus")
+    local = text_config(inputs, tmp_path / "local-cache", mode)
+    remote = remote_config(url, tmp_path / "cache", s3, tmp_path, mode)
+    assert [i.relpath for i in list_text_inputs(source_of(remote))] == [
+        i.relpath for i in list_text_inputs(source_of(local))
+    ]
+    assert_batches_equal(batches(local), batches(remote), "text on s3 vs local")
+
+
+@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=needs_remote_reader)])
+def test_an_s3_cache_is_filled_once_then_mapped(
+    inputs: Path, s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    bucket = new_bucket(s3)
+    url = s3.upload_folder(inputs, bucket, "corpus") if where == "s3" else inputs
+    config = remote_config(url, f"s3://{bucket}/cache", s3, tmp_path)
+    first = batches(config)
+    key = text_cache(source_of(config)).key
+    published = objects(s3, bucket, f"cache/{key}/")
+    names = [k.removeprefix(f"cache/{key}/") for k in published]
+    assert all(_PART.fullmatch(n) for n in names), names  # nothing staged, no error marker
+    assert sum(n.endswith(".bin") for n in names) == 6
+    assert sum(n.endswith(".idx") for n in names) == 6
+    assert sum(n.endswith(".json") and "/" not in n for n in names) == 6
+    assert sum(n.startswith("manifests/") for n in names) == 1
+
+    def no_tokenizing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a filled cache was tokenized again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(TextCache, "build", no_tokenizing)
+        assert prepare_text_source(source_of(config)).built == 0
+        assert_batches_equal(first, batches(config), "second start")
+    assert objects(s3, bucket, f"cache/{key}/") == published
+    local = text_config(inputs, tmp_path / "local-cache")
+    assert_batches_equal(batches(local), first, "s3 cache vs local cache")
+
+
+def _prepare_as_rank(source: dict[str, Any], rank: int, queue: Any) -> None:
+    """A rank of two: its share tokenized, the other's waited for; reports what it got."""
+    import os
+
+    try:
+        report = prepare_text_source(SourceConfig(**source), rank=rank, world=2)
+        queue.put((rank, os.getpid(), report.built, report.markers, None))
+    except FormatError as exc:
+        queue.put((rank, os.getpid(), 0, [], str(exc)))
+
+
+def _run_ranks(source: SourceConfig) -> dict[int, tuple[int, int, list[Any], str | None]]:
+    """Both ranks run in processes of their own; rank → (pid, built, markers, error)."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    fields = {f: getattr(source, f) for f in ("name", "tokenizer", "eos_token_id", "cache_dir",
+                                              "storage_options")}  # fmt: skip
+    fields["path"] = source.paths[0]
+    children = [
+        context.Process(target=_prepare_as_rank, args=(fields, rank, queue)) for rank in (0, 1)
+    ]
+    for child in children:
+        child.start()
+    try:
+        results = [queue.get(timeout=CHILD_SECONDS) for _ in children]
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.kill()
+    assert [child.exitcode for child in children] == [0, 0]
+    return {rank: rest for rank, *rest in results}  # type: ignore[misc]
+
+
+def test_two_ranks_share_an_s3_cache(inputs: Path, s3: S3Server, tmp_path: Path) -> None:
+    bucket = new_bucket(s3)
+    source = source_of(remote_config(inputs, f"s3://{bucket}/cache", s3, tmp_path))
+    listed = list_text_inputs(source)
+    owner = deal([i.size for i in listed], 2)
+    assert sorted(set(owner)) == [0, 1]
+    ranks = _run_ranks(source)
+    assert ranks[0][3] is None and ranks[1][3] is None
+    assert ranks[0][2] == ranks[1][2]  # the same markers, in input order
+    for rank, (pid, built, markers, _) in ranks.items():
+        assert built == owner.count(rank)
+        mine = [m for m, o in zip(markers, owner, strict=True) if o == rank]
+        assert all(m["built"].split("-")[1] == str(pid) for m in mine)  # built by that rank
+    assert [m["input"]["relpath"] for m in ranks[0][2]] == [i.relpath for i in listed]
+    assert prepare_text_source(source).built == 0
+
+
+def test_a_bad_file_of_the_other_rank_fails_the_waiting_rank(
+    inputs: Path, s3: S3Server, tmp_path: Path
+) -> None:
+    bucket = new_bucket(s3)
+    source = source_of(remote_config(inputs, f"s3://{bucket}/cache", s3, tmp_path))
+    listed = list_text_inputs(source)
+    owner = deal([i.size for i in listed], 2)
+    bad = next(Path(i.url) for i, o in zip(listed, owner, strict=True)
+               if o == 1 and i.url.endswith(".jsonl"))  # fmt: skip
+    with open(bad, "rb+") as fh:  # the same size, so the same deal: a line that is not JSON
+        fh.write(b"x")
+    assert deal([i.size for i in list_text_inputs(source)], 2) == owner
+    ranks = _run_ranks(source)
+    message = ranks[1][3]
+    assert message is not None and f"{bad.name}: line 1 is not valid JSON" in message
+    assert ranks[0][3] == message
+    key = text_cache(source).key
+    errors = [k for k in objects(s3, bucket, f"cache/{key}/") if k.endswith(".error.json")]
+    assert len(errors) == 1
+
+
+@needs_remote_reader
+def test_a_changed_object_is_tokenized_again_beside_the_old_entry(
+    inputs: Path, s3: S3Server, tmp_path: Path
+) -> None:
+    bucket = new_bucket(s3)
+    url = s3.upload_folder(inputs, bucket, "corpus")
+    # the instance cache on: one process's file systems keep their listings between starts
+    config = remote_config(url, f"s3://{bucket}/cache", s3, tmp_path, skip_instance_cache=False)
+    before = batches(config)
+    key = text_cache(source_of(config)).key
+    published = objects(s3, bucket, f"cache/{key}/")
+    changed = sorted(inputs.glob("*.jsonl"))[0]
+    text = changed.read_bytes()
+    swapped = text.replace(b"fox", b"dog", 1)  # the same size, another ETag
+    assert len(swapped) == len(text) and swapped != text
+    s3.client().put_object(Bucket=bucket, Key=f"corpus/{changed.name}", Body=swapped)
+    report = prepare_text_source(source_of(config))
+    assert report.built == 1
+    now = objects(s3, bucket, f"cache/{key}/")
+    assert {k: now[k] for k in published} == published  # the old entry left alone
+    new = sorted(set(now) - set(published))
+    assert sorted(Path(k).suffix for k in new) == [".bin", ".idx", ".json", ".json"]
+    assert sum("/manifests/" in k for k in new) == 1
+    changed.write_bytes(swapped)
+    local = text_config(inputs, tmp_path / "local-cache")
+    after = batches(config)
+    assert_batches_equal(batches(local), after, "changed object vs local")
+    assert not all(a["input_ids"].equal(b["input_ids"]) for a, b in zip(before, after, strict=True))
+    catalog = describe_source(source_of(config), storage=load_config(config).storage)
+    assert catalog.shards.num_tokens.sum() == report.total("tokens")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_on_an_s3_cache_is_exact(
+    inputs: Path, s3: S3Server, tmp_path: Path, workers: int
+) -> None:
+    bucket = new_bucket(s3)
+    config = remote_config(inputs, f"s3://{bucket}/cache", s3, tmp_path, "packed")
+    prepare_text_source(source_of(config))  # filled once, by this process
+
+    def make() -> Any:
+        return streamload.build_loader(config, batch_size=4, num_workers=workers)
+
+    assert_resumes_exactly(make, save_points=[0, 3, 17, 40])
