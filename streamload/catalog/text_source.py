@@ -71,7 +71,8 @@ def text_cache(source: SourceConfig, storage: StorageConfig | None = None) -> Te
         skip_bad=source.on_error.value == "skip",
     )
     try:
-        return TextCache(root, settings, _cache_options(source, root))
+        options = _cache_options(source, root)
+        return TextCache(root, settings, options, input_options=source.storage_options)
     except ConfigError as exc:
         raise ConfigError(f"source {source.name!r}: {exc}") from None
 
@@ -83,6 +84,9 @@ def list_text_inputs(source: SourceConfig, storage: StorageConfig | None = None)
         ConfigError: a path that does not exist or holds no text file.
     """
     fs, entries = source_filesystem(source, storage)
+    # fsspec shares a file system per options and keeps its listings: a second start in
+    # this process would see the sizes and ETags of the first, and read the old entry
+    fs.invalidate_cache()
     files = list_entries(fs, source, source.paths, entries, storage, text=True)
     local = is_local(fs)
     urls = [f.path if local else str(fs.unstrip_protocol(f.path)) for f in files]

@@ -106,18 +106,27 @@ class TextCache:
         root: The cache folder or URL (``cache_dir``).
         settings: The source's tokenizing.
         storage_options: fsspec options of a remote root.
+        input_options: fsspec options the input files are read with (default
+            ``storage_options``): the inputs may be on another storage than the cache.
 
     Raises:
         ConfigError: the tokenizer cannot be read, or the dtype cannot hold its ids.
     """
 
     def __init__(
-        self, root: str, settings: TextSettings, storage_options: Mapping[str, Any] | None = None
+        self,
+        root: str,
+        settings: TextSettings,
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        input_options: Mapping[str, Any] | None = None,
     ) -> None:
         import fsspec
 
         self.settings = settings
         self.storage_options = dict(storage_options or {})
+        options = self.storage_options if input_options is None else input_options
+        self.input_options = dict(options)
         if not os.path.isfile(settings.tokenizer):
             raise ConfigError(
                 f"tokenizer {settings.tokenizer!r}: no such file; give the path of a "
@@ -223,7 +232,7 @@ class TextCache:
         self, item: TextInput, key: str, staging: str, progress: ProgressFn | None
     ) -> dict[str, Any]:
         s = self.settings
-        reader = _open_documents(item.url, s, self.storage_options)
+        reader = _open_documents(item.url, s, self.input_options)
         encoder = self.encoder()
         documents = tokens = 0
         writer = PartWriter(

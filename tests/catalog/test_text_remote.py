@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import multiprocessing
 import re
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,6 @@ from streamload.catalog.text_source import list_text_inputs, prepare_text_source
 from streamload.config import SourceConfig, load_config
 from streamload.errors import FormatError
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
-from streamload.tokenize import inputs as text_inputs
 from streamload.tokenize.text_build import deal
 from streamload.tokenize.text_cache import TextCache
 from tests.catalog.test_text_source import batches, text_config, write_corpus
@@ -36,18 +36,13 @@ pytest.importorskip("moto.server")
 pytest.importorskip("s3fs")
 pytestmark = pytest.mark.filterwarnings("ignore:each pass")
 
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "text"
+
 FAST = {"retries": 2, "backoff": 0.01, "timeout": 5.0}
 """Short waits so a broken test fails in seconds."""
 
 CHILD_SECONDS = 120
 """How long a rank process may take before the test calls it hung."""
-
-needs_remote_reader = pytest.mark.skipif(
-    not hasattr(text_inputs, "open_documents"),
-    reason="text inputs read through the source's storage_options with open_documents",
-)
-"""Remote *inputs* are opened with the source's ``storage_options`` by ``open_documents``
-(the text readers); the cache side needs no reader."""
 
 _PART = re.compile(r"[0-9a-f]{24}(-\d{5}\.(bin|idx)|\.json)|manifests/[0-9a-f]{32}\.json")
 """The names a finished settings folder holds (``tokenize/text_cache.py``)."""
@@ -96,21 +91,31 @@ def inputs(tmp_path: Path) -> Path:
     return tmp_path / "in"
 
 
-@needs_remote_reader
-@pytest.mark.parametrize("mode", ["concat", "packed"])
+def kinds_folder(folder: Path) -> Path:
+    """``folder`` with a file of every other kind beside its JSONL: Parquet (datasets'
+    ``to_parquet``), an Arrow IPC file and zstd-compressed JSONL (``tests/fixtures/text``)."""
+    for name in ("to_parquet/train.parquet", "ipc_file/text.arrow", "jsonl/docs.jsonl.zst"):
+        shutil.copy(FIXTURES / name, folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("kinds", "mode"), [("mixed", "concat"), ("mixed", "packed"), ("mds", "concat")]
+)
 def test_text_on_s3_reads_as_the_same_files_read_locally(
-    inputs: Path, s3: S3Server, tmp_path: Path, mode: str
+    inputs: Path, s3: S3Server, tmp_path: Path, kinds: str, mode: str
 ) -> None:
-    url = s3.upload_folder(inputs, new_bucket(s3), "corpus")
-    local = text_config(inputs, tmp_path / "local-cache", mode)
+    folder = kinds_folder(inputs) if kinds == "mixed" else FIXTURES / "mds" / "zstd"
+    url = s3.upload_folder(folder, new_bucket(s3), "corpus")
+    local = text_config(folder, tmp_path / "local-cache", mode)
     remote = remote_config(url, tmp_path / "cache", s3, tmp_path, mode)
-    assert [i.relpath for i in list_text_inputs(source_of(remote))] == [
-        i.relpath for i in list_text_inputs(source_of(local))
-    ]
+    listed = [i.relpath for i in list_text_inputs(source_of(remote))]
+    assert listed == [i.relpath for i in list_text_inputs(source_of(local))]
+    assert len(listed) == (9 if kinds == "mixed" else 2)
     assert_batches_equal(batches(local), batches(remote), "text on s3 vs local")
 
 
-@pytest.mark.parametrize("where", ["local", pytest.param("s3", marks=needs_remote_reader)])
+@pytest.mark.parametrize("where", ["local", "s3"])
 def test_an_s3_cache_is_filled_once_then_mapped(
     inputs: Path, s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ) -> None:
@@ -211,7 +216,6 @@ def test_a_bad_file_of_the_other_rank_fails_the_waiting_rank(
     assert len(errors) == 1
 
 
-@needs_remote_reader
 def test_a_changed_object_is_tokenized_again_beside_the_old_entry(
     inputs: Path, s3: S3Server, tmp_path: Path
 ) -> None:
