@@ -113,6 +113,9 @@ def ensure_cache(
             start_bar(len(missing))
         owner = deal([i.size for i in inputs], world)
         mine = [i for i in missing if owner[i] == rank]
+        if not cache.local:  # an earlier run's failure must not fail the ranks waiting now
+            for i in mine:
+                cache.clear_error(inputs[i])
         others = [i for i in reversed(missing) if owner[i] != rank]
         builder = _Builder(cache, inputs, markers, processes, progress)
         with builder:

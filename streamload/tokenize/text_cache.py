@@ -274,12 +274,21 @@ class TextCache:
                 os.replace(src, self.path(name))
             else:
                 self.fs.put_file(src, self.path(name))
-        key = self.file_key(TextInput(**marker["input"]))
-        self._put_bytes(key + ".json", json.dumps(marker, sort_keys=True).encode())
-        if self.local:  # a success replaces an earlier failure's record
-            error = self.path(key + ".error.json")
-            if os.path.exists(error):
+        item = TextInput(**marker["input"])
+        self._put_bytes(self.file_key(item) + ".json", json.dumps(marker, sort_keys=True).encode())
+        self.clear_error(item)  # a success replaces an earlier failure's record
+
+    def clear_error(self, item: TextInput) -> None:
+        """Remove the error marker an earlier failed build of ``item`` left, if any (so
+        that processes waiting on this build do not fail with that old message)."""
+        error = self.path(self.file_key(item) + ".error.json")
+        try:
+            if self.local:
                 os.remove(error)
+            else:
+                self.fs.rm_file(error)
+        except FileNotFoundError:
+            pass
 
     def _put_bytes(self, name: str, data: bytes) -> None:
         if self.local:

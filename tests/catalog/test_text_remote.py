@@ -216,6 +216,30 @@ def test_a_bad_file_of_the_other_rank_fails_the_waiting_rank(
     assert len(errors) == 1
 
 
+def test_an_old_error_marker_is_cleared_by_the_rank_that_builds_the_file(
+    inputs: Path, s3: S3Server, tmp_path: Path
+) -> None:
+    """An error marker of an earlier run (an unreadable input, say) would fail the ranks
+    waiting on the file now: its builder removes it before building, and a success
+    leaves none."""
+    bucket = new_bucket(s3)
+    source = source_of(remote_config(inputs, f"s3://{bucket}/cache", s3, tmp_path))
+    prepare_text_source(source)
+    listed = list_text_inputs(source)
+    item = next(i for i, o in zip(listed, deal([i.size for i in listed], 2), strict=True) if o)
+    cache = text_cache(source)
+    key = f"cache/{cache.key}/{cache.file_key(item)}"
+    client = s3.client()
+    client.delete_object(Bucket=bucket, Key=f"{key}.json")
+    for manifest in objects(s3, bucket, f"cache/{cache.key}/manifests/"):
+        client.delete_object(Bucket=bucket, Key=manifest)
+    client.put_object(Bucket=bucket, Key=f"{key}.error.json", Body=b'{"error": "old failure"}')
+    assert prepare_text_source(source, rank=1, world=2).built == 1  # its one missing file
+    now = objects(s3, bucket, f"cache/{cache.key}/")
+    assert f"{key}.json" in now and not [k for k in now if k.endswith(".error.json")]
+    assert cache.error(item) is None
+
+
 def test_a_changed_object_is_tokenized_again_beside_the_old_entry(
     inputs: Path, s3: S3Server, tmp_path: Path
 ) -> None:
