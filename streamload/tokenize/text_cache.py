@@ -216,6 +216,7 @@ class TextCache:
         """Local staging beside the outputs (one rename publishes); a temp folder when the
         cache is remote."""
         if not self.local:
+            self._describe_folder()
             return None
         root = self.path(".staging")
         os.makedirs(root, exist_ok=True)
@@ -224,8 +225,11 @@ class TextCache:
 
     def _describe_folder(self) -> None:
         path = self.path("settings.json")
-        if not os.path.exists(path):
-            text = json.dumps({**self.described, "tokenizer": self.settings.tokenizer}, indent=1)
+        text = json.dumps({**self.described, "tokenizer": self.settings.tokenizer}, indent=1)
+        if not self.local:
+            if not self.fs.exists(path):
+                self.fs.pipe_file(path, text.encode())
+        elif not os.path.exists(path):
             write_atomic(path, text)
 
     def _write(

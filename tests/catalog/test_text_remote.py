@@ -12,6 +12,7 @@ remote cache is exact.
 from __future__ import annotations
 
 import gzip
+import json
 import multiprocessing
 import re
 import shutil
@@ -44,7 +45,9 @@ FAST = {"retries": 2, "backoff": 0.01, "timeout": 5.0}
 CHILD_SECONDS = 120
 """How long a rank process may take before the test calls it hung."""
 
-_PART = re.compile(r"[0-9a-f]{24}(-\d{5}\.(bin|idx)|\.json)|manifests/[0-9a-f]{32}\.json")
+_PART = re.compile(
+    r"[0-9a-f]{24}(-\d{5}\.(bin|idx)|\.json)|manifests/[0-9a-f]{32}\.json|settings\.json"
+)
 """The names a finished settings folder holds (``tokenize/text_cache.py``)."""
 
 
@@ -123,13 +126,16 @@ def test_an_s3_cache_is_filled_once_then_mapped(
     url = s3.upload_folder(inputs, bucket, "corpus") if where == "s3" else inputs
     config = remote_config(url, f"s3://{bucket}/cache", s3, tmp_path)
     first = batches(config)
-    key = text_cache(source_of(config)).key
+    cache = text_cache(source_of(config))
+    key = cache.key
     published = objects(s3, bucket, f"cache/{key}/")
     names = [k.removeprefix(f"cache/{key}/") for k in published]
     assert all(_PART.fullmatch(n) for n in names), names  # nothing staged, no error marker
     assert sum(n.endswith(".bin") for n in names) == 6
     assert sum(n.endswith(".idx") for n in names) == 6
-    assert sum(n.endswith(".json") and "/" not in n for n in names) == 6
+    assert sum(n.endswith(".json") and "/" not in n for n in names) == 7  # and settings.json
+    body = s3.client().get_object(Bucket=bucket, Key=f"cache/{key}/settings.json")["Body"]
+    assert json.loads(body.read())["tokenizer_sha256"] == cache.tokenizer_sha256
     assert sum(n.startswith("manifests/") for n in names) == 1
 
     def no_tokenizing(*args: Any, **kwargs: Any) -> Any:
