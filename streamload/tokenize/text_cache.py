@@ -34,6 +34,7 @@ folder, uploaded (tokens last), then the marker.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -45,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from streamload.errors import ConfigError, FormatError
+from streamload.errors import ConfigError, FormatError, RemoteReadError, StreamloadError
 from streamload.formats.encoder import DocumentEncoder
 from streamload.tokenize.config import DEFAULT_MAX_SIZE, OutputFormat
 from streamload.tokenize.inputs import ReadCounts, open_documents
@@ -125,8 +126,7 @@ class TextCache:
 
         self.settings = settings
         self.storage_options = dict(storage_options or {})
-        options = self.storage_options if input_options is None else input_options
-        self.input_options = dict(options)
+        self.input_options = dict(self.storage_options if input_options is None else input_options)
         if not os.path.isfile(settings.tokenizer):
             raise ConfigError(
                 f"tokenizer {settings.tokenizer!r}: no such file; give the path of a "
@@ -196,21 +196,39 @@ class TextCache:
         """Tokenize ``item`` into the cache and return its marker.
 
         Raises:
-            FormatError: a bad row (without ``skip_bad``) or an unreadable input; an error
-                marker then names it for the processes waiting on this file.
+            FormatError: a bad row (without ``skip_bad``) or an unreadable input.
+            RemoteReadError: a storage client's own error (a refused connection, say) while
+                the input was read or the parts uploaded.
+
+        Any failure but an interrupt leaves an error marker naming it, so that the
+        processes waiting on this file fail with its message instead of waiting forever.
         """
         key = self.file_key(item)
         staging = tempfile.mkdtemp(prefix=f".{key}.", dir=self._staging_root())
         try:
             try:
                 marker = self._write(item, key, staging, progress)
-            except (FormatError, ConfigError) as exc:
-                self._put_bytes(key + ".error.json", json.dumps({"error": str(exc)}).encode())
-                raise
-            self._publish(staging, marker)
+                self._publish(staging, marker)
+            except Exception as exc:
+                error = exc  # a storage client's own error is named (a bug keeps its traceback)
+                if not isinstance(exc, StreamloadError) and ("://" in item.url or not self.local):
+                    what = f"{type(exc).__name__}: {exc}"
+                    error = RemoteReadError(
+                        f"{item.url}: tokenizing it into {self.url} failed: {what}"
+                    )
+                self._record_error(key, str(error))
+                if error is exc:
+                    raise
+                raise error from exc
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return marker
+
+    def _record_error(self, key: str, message: str) -> None:
+        """The error marker of a failed build (best effort: the store may be what failed,
+        and the build's own error is the one to raise)."""
+        with contextlib.suppress(Exception):
+            self._put_bytes(key + ".error.json", json.dumps({"error": message}).encode())
 
     def _staging_root(self) -> str | None:
         """Local staging beside the outputs (one rename publishes); a temp folder when the
@@ -286,13 +304,11 @@ class TextCache:
         """Remove the error marker an earlier failed build of ``item`` left, if any (so
         that processes waiting on this build do not fail with that old message)."""
         error = self.path(self.file_key(item) + ".error.json")
-        try:
+        with contextlib.suppress(FileNotFoundError):
             if self.local:
                 os.remove(error)
             else:
                 self.fs.rm_file(error)
-        except FileNotFoundError:
-            pass
 
     def _put_bytes(self, name: str, data: bytes) -> None:
         if self.local:

@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import re
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import streamload
 from streamload.catalog.sources import describe_source
 from streamload.catalog.text_source import list_text_inputs, prepare_text_source, text_cache
 from streamload.config import SourceConfig, load_config
-from streamload.errors import FormatError
+from streamload.errors import FormatError, RemoteReadError
 from streamload.testing import assert_batches_equal, assert_resumes_exactly
 from streamload.tokenize.text_build import deal
 from streamload.tokenize.text_cache import TextCache
@@ -220,6 +221,48 @@ def test_a_bad_file_of_the_other_rank_fails_the_waiting_rank(
     key = text_cache(source).key
     errors = [k for k in objects(s3, bucket, f"cache/{key}/") if k.endswith(".error.json")]
     assert len(errors) == 1
+
+
+def test_a_storage_error_of_the_other_rank_fails_the_waiting_rank(
+    inputs: Path, s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A storage client's own error (not an OSError) while rank 1 reads a file is named as a
+    RemoteReadError and recorded, so rank 0, waiting on that file, fails with its message."""
+    from botocore.exceptions import EndpointConnectionError
+
+    from streamload.tokenize import text_cache as cache_module
+
+    bucket = new_bucket(s3)
+    url = s3.upload_folder(inputs, bucket, "corpus")
+    source = source_of(remote_config(url, f"s3://{bucket}/cache", s3, tmp_path))
+    listed = list_text_inputs(source)
+    owner = deal([i.size for i in listed], 2)
+    lost = next(i.url for i, o in zip(listed, owner, strict=True) if o == 1)
+    opener = cache_module._open_documents
+
+    def unreachable(url: str, *args: Any) -> Any:
+        if url == lost:
+            raise EndpointConnectionError(endpoint_url=url)
+        return opener(url, *args)
+
+    monkeypatch.setattr(cache_module, "_open_documents", unreachable)
+    with pytest.raises(RemoteReadError, match="EndpointConnectionError") as built:
+        prepare_text_source(source, rank=1, world=2)
+    assert lost in str(built.value)
+    waited: list[BaseException] = []
+
+    def rank_0() -> None:
+        try:
+            prepare_text_source(source, rank=0, world=2)
+        except BaseException as exc:
+            waited.append(exc)
+
+    thread = threading.Thread(target=rank_0, daemon=True)
+    thread.start()
+    thread.join(timeout=CHILD_SECONDS)
+    assert not thread.is_alive(), "rank 0 still waits on a file whose build failed"
+    assert [type(e) for e in waited] == [FormatError]
+    assert str(waited[0]) == str(built.value)
 
 
 def test_an_old_error_marker_is_cleared_by_the_rank_that_builds_the_file(
