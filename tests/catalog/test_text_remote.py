@@ -138,6 +138,11 @@ def test_an_s3_cache_is_filled_once_then_mapped(
     body = s3.client().get_object(Bucket=bucket, Key=f"cache/{key}/settings.json")["Body"]
     assert json.loads(body.read())["tokenizer_sha256"] == cache.tokenizer_sha256
     assert sum(n.startswith("manifests/") for n in names) == 1
+    storage = load_config(config).storage
+    for shard in describe_source(source_of(config), storage=storage).shards:
+        stem = shard.path.removeprefix(f"s3://{bucket}/").removesuffix(".bin")
+        assert shard.version == published[f"{stem}.bin"]  # read only in the listed version
+        assert list(shard.companions.values()) == [published[f"{stem}.idx"]]
 
     def no_tokenizing(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a filled cache was tokenized again")
