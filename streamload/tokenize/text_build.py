@@ -43,6 +43,9 @@ __all__ = ["BuildReport", "deal", "ensure_cache"]
 
 _LOG = logging.getLogger("streamload.text")
 
+POLL_MAX = 10.0
+"""Seconds between two looks of a rank waiting on other ranks' files, at most."""
+
 WAIT_NOTICE = 60.0
 """Seconds between the log lines of a process waiting on other processes' files."""
 
@@ -240,17 +243,20 @@ def _poll(
     others: list[int],
     poll: float,
 ) -> None:
-    """Wait until the files other ranks build have their markers (remote caches)."""
+    """Wait until the files other ranks build have their markers (remote caches): one
+    listing of the folder a round, each marker read once it is listed, the rounds further
+    apart while the wait lasts (up to :data:`POLL_MAX` seconds)."""
     pending = [i for i in others if markers[i] is None]
     notice = time.monotonic() + WAIT_NOTICE
     while pending:
-        still = []
+        names, still = cache.names(), []
         for i in pending:
-            markers[i] = cache.marker(inputs[i])
+            key = cache.file_key(inputs[i])
+            if f"{key}.json" in names:
+                markers[i] = cache.marker(inputs[i])
+            elif f"{key}.error.json" in names and (message := cache.error(inputs[i])):
+                raise FormatError(message)
             if markers[i] is None:
-                message = cache.error(inputs[i])
-                if message is not None:
-                    raise FormatError(message)
                 still.append(i)
         pending = still
         if pending:
@@ -261,6 +267,7 @@ def _poll(
                 )  # fmt: skip
                 notice = time.monotonic() + WAIT_NOTICE
             time.sleep(poll)
+            poll = min(POLL_MAX, poll * 1.5)
 
 
 def _init_worker(threads: int, parent_pid: int) -> None:

@@ -17,6 +17,7 @@ import multiprocessing
 import re
 import shutil
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -205,6 +206,52 @@ def test_two_ranks_share_an_s3_cache(inputs: Path, s3: S3Server, tmp_path: Path)
         assert all(m["built"].split("-")[1] == str(pid) for m in mine)  # built by that rank
     assert [m["input"]["relpath"] for m in ranks[0][2]] == [i.relpath for i in listed]
     assert prepare_text_source(source).built == 0
+
+
+def test_a_waiting_rank_lists_the_cache_instead_of_asking_for_every_file(
+    inputs: Path, s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0 waits on rank 1 (here a thread, started late): one listing a round, and each of
+    rank 1's markers read once, when it is listed (not a request per file and round)."""
+    bucket = new_bucket(s3)
+    source = source_of(remote_config(inputs, f"s3://{bucket}/cache", s3, tmp_path))
+    listed = list_text_inputs(source)
+    theirs = deal([i.size for i in listed], 2).count(1)
+    looks = {"names": 0, "markers": 0, "errors": 0}
+    waiting = threading.Event()
+    counted = [("names", TextCache.names), ("markers", TextCache.marker),
+               ("errors", TextCache.error)]  # fmt: skip
+    for what, real in counted:
+
+        def counting(self: TextCache, *args: Any, _what: str = what, _real: Any = real) -> Any:
+            if threading.current_thread().name == "rank-0" and waiting.is_set():
+                looks[_what] += 1
+            return _real(self, *args)
+
+        monkeypatch.setattr(TextCache, real.__name__, counting)
+    import streamload.tokenize.text_build as text_build
+
+    poll = text_build._poll
+
+    def announced(*args: Any) -> None:
+        waiting.set()
+        poll(*args)
+
+    monkeypatch.setattr(text_build, "_poll", announced)
+    reports: list[Any] = []
+    rank_0 = threading.Thread(
+        target=lambda: reports.append(prepare_text_source(source, rank=0, world=2)),
+        name="rank-0", daemon=True,
+    )  # fmt: skip
+    rank_0.start()
+    assert waiting.wait(CHILD_SECONDS)
+    time.sleep(3)  # a few rounds with nothing to find
+    assert looks["markers"] == looks["errors"] == 0 and looks["names"] >= 1
+    rank_1 = prepare_text_source(source, rank=1, world=2)
+    rank_0.join(timeout=CHILD_SECONDS)
+    assert not rank_0.is_alive()
+    assert looks["markers"] == theirs and looks["errors"] == 0
+    assert reports[0].markers == rank_1.markers
 
 
 def test_a_bad_file_of_the_other_rank_fails_the_waiting_rank(
