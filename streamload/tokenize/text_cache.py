@@ -188,9 +188,12 @@ class TextCache:
         awaited by 1,000 ranks)."""
         self.fs.invalidate_cache(self.folder)
         try:
-            return frozenset(posixpath.basename(p) for p in self.fs.ls(self.folder, detail=False))
+            listed = self.fs.ls(self.folder, detail=False)
         except FileNotFoundError:
-            return frozenset()
+            listed = []
+        finally:  # s3fs answers "no such file" from a kept listing: later looks must ask
+            self.fs.invalidate_cache(self.folder)
+        return frozenset(posixpath.basename(p) for p in listed)
 
     def error(self, item: TextInput) -> str | None:
         """The message a failed build of ``item`` left, if any."""
