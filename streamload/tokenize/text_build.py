@@ -13,9 +13,10 @@ first. Then:
   takes the others' unclaimed files, from the end of the list (work stealing), and then
   waits on the locks of the files still being built; a lock whose holder died is free again
   and its file is built by the waiter.
-* **Remote cache** (``s3://…``: no locks): a rank builds its own files, then polls the
-  markers of the others' until they are there, failing with the builder's message when one
-  left an error marker.
+* **Remote cache** (``s3://…``: no locks): a rank clears its files' error markers of
+  earlier runs, builds its own files, then lists the folder (one listing a round, rounds
+  1 s growing to 10 s apart) until the others' markers are there, failing with the
+  builder's message when one left an error marker.
 
 With ``processes > 1`` files are tokenized in spawned worker processes (each given
 ``cores / processes`` tokenizer threads), the locks held by the calling process.

@@ -184,8 +184,8 @@ class TextCache:
 
     def names(self) -> frozenset[str]:
         """The names in this settings folder, listed afresh: a waiting rank's one look a
-        round (a request per file and round was ~10^7 requests a round for 10^4 files
-        awaited by 1,000 ranks)."""
+        round (looks per file were ~4x10^7 requests a round for 10^4 files awaited by
+        1,000 ranks: benchmarks/text_poll.py)."""
         self.fs.invalidate_cache(self.folder)
         try:
             listed = self.fs.ls(self.folder, detail=False)
