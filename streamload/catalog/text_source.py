@@ -70,9 +70,9 @@ def text_cache(source: SourceConfig, storage: StorageConfig | None = None) -> Te
         dtype=source.dtype,
         skip_bad=source.on_error.value == "skip",
     )
-    same = "://" not in root or root.split("://")[0] == source.paths[0].split("://")[0]
     try:
-        return TextCache(root, settings, source.storage_options if same else None)
+        options = _cache_options(source, root)
+        return TextCache(root, settings, options, input_options=source.storage_options)
     except ConfigError as exc:
         raise ConfigError(f"source {source.name!r}: {exc}") from None
 
@@ -84,6 +84,9 @@ def list_text_inputs(source: SourceConfig, storage: StorageConfig | None = None)
         ConfigError: a path that does not exist or holds no text file.
     """
     fs, entries = source_filesystem(source, storage)
+    # fsspec shares a file system per options and keeps its listings: a second start in
+    # this process would see the sizes and ETags of the first, and read the old entry
+    fs.invalidate_cache()
     files = list_entries(fs, source, source.paths, entries, storage, text=True)
     local = is_local(fs)
     urls = [f.path if local else str(fs.unstrip_protocol(f.path)) for f in files]
@@ -223,3 +226,19 @@ def _listed(cache: TextCache, name: str, item: TextInput, folder: Siblings) -> L
     number = int(name.rsplit(".", 1)[0].rsplit("-", 1)[1])
     relpath = item.relpath if number == 0 else f"{item.relpath}#{number}"
     return ListedFile(url, relpath, folder.sizes.get(name, -1), folder.versions.get(name, ""))
+
+
+def _cache_options(source: SourceConfig, root: str) -> dict[str, Any] | None:
+    """The fsspec options of a text source's remote cache: the source's ``storage_options``
+    when the cache is on the inputs' storage, or when the inputs are local (they need none,
+    so the options are the cache's: its endpoint and credentials); none for a local cache or
+    one on another storage."""
+    cache = _protocol(root)
+    if cache != "file" and _protocol(source.paths[0]) in ("file", cache):
+        return dict(source.storage_options)
+    return None
+
+
+def _protocol(url: str) -> str:
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    return "file" if protocol == "local" else protocol

@@ -16,9 +16,11 @@ first. Then:
   other). A lock whose holder died is free again and its file is built by the waiter (who
   first removes the dead build's staging folder); a holder that failed on a bad row left an
   error marker, and the waiter fails with its message instead of reading the file again.
-* **Remote cache** (``s3://…``: no locks): a rank builds its own files, then polls the
-  markers of the others' until they are there, failing with the builder's message when one
-  left an error marker (a new one: an earlier run's, there before, is being rebuilt).
+* **Remote cache** (``s3://…``: no locks): a rank clears its files' error markers of
+  earlier runs, builds its own files, then lists the folder (one listing a round, rounds
+  1 s growing to 10 s apart) until the others' markers are there, failing with the
+  builder's message when one left an error marker (a new one: an earlier run's, there
+  before, is being rebuilt).
 
 With ``processes > 1`` files are tokenized in spawned worker processes (each given
 ``cores / processes`` tokenizer threads), the locks held by the calling process.
@@ -50,7 +52,13 @@ __all__ = ["BuildReport", "deal", "discard_staging", "ensure_cache"]
 
 _LOG = logging.getLogger("streamload.text")
 
+POLL_MAX = 10.0
+"""Seconds between two looks of a rank waiting on other ranks' files, at most."""
+
 WAIT_NOTICE = 60.0
+STALE_ERROR_GRACE = 60.0
+"""Seconds a waiter on a remote cache lets an error marker it found at its start stand
+before taking it for this run's failure (its owner, if alive, clears it when it starts)."""
 """Seconds between the log lines of a process waiting on other processes' files."""
 
 
@@ -125,9 +133,12 @@ def ensure_cache(
             start_bar(len(missing))
         owner = deal([i.size for i in inputs], world)
         mine = [i for i in missing if owner[i] == rank]
+        if not cache.local:  # an earlier run's failure must not fail the ranks waiting now
+            for i in mine:
+                cache.clear_error(inputs[i])
         others = [i for i in reversed(missing) if owner[i] != rank]
         # failures already recorded are an earlier run's: only a new one ends a wait
-        seen = {i: cache.failure(inputs[i]) for i in others} if not cache.local else {}
+        seen = _failures(cache, inputs, others) if not cache.local else {}
         builder = _Builder(cache, inputs, markers, processes, progress)
         with builder:
             builder.run(mine + others if cache.local else mine)
@@ -301,19 +312,28 @@ def _poll(
     seen: dict[int, dict[str, str] | None],
     poll: float,
 ) -> None:
-    """Wait until the files other ranks build have their markers (remote caches); fail
-    with the message of a build that failed since ``seen`` (the files' error markers
-    before this process started building)."""
+    """Wait until the files other ranks build have their markers (remote caches): one
+    listing of the folder a round, each marker read once it is listed, the rounds further
+    apart while the wait lasts (up to :data:`POLL_MAX` seconds); fail with the message of a
+    build that failed since ``seen`` (the files' error markers before this process started
+    building) — or with an earlier one's still there after :data:`STALE_ERROR_GRACE`
+    seconds (a live owner clears its files' old error markers as it starts: one left is
+    this run's, written before this process looked)."""
     pending = [i for i in seen if markers[i] is None]
-    notice = time.monotonic() + WAIT_NOTICE
+    start = time.monotonic()
+    notice = start + WAIT_NOTICE
     while pending:
-        still = []
+        names, still = cache.names(), []
         for i in pending:
-            markers[i] = cache.marker(inputs[i])
-            if markers[i] is None:
+            key = cache.file_key(inputs[i])
+            if f"{key}.json" in names:
+                markers[i] = cache.marker(inputs[i])
+            elif f"{key}.error.json" in names:
                 failure = cache.failure(inputs[i])
-                if failure is not None and failure != seen[i]:
+                old = failure == seen[i] and time.monotonic() - start < STALE_ERROR_GRACE
+                if failure is not None and not old:
                     raise FormatError(failure["error"])
+            if markers[i] is None:
                 still.append(i)
         pending = still
         if pending:
@@ -324,6 +344,18 @@ def _poll(
                 )  # fmt: skip
                 notice = time.monotonic() + WAIT_NOTICE
             time.sleep(poll)
+            poll = min(POLL_MAX, poll * 1.5)
+
+
+def _failures(
+    cache: TextCache, inputs: Sequence[TextInput], others: list[int]
+) -> dict[int, dict[str, str] | None]:
+    """The error markers of ``others`` now (one listing; a read for each one listed)."""
+    names = cache.names()
+    return {
+        i: cache.failure(inputs[i]) if f"{cache.file_key(inputs[i])}.error.json" in names else None
+        for i in others
+    }
 
 
 def _kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:

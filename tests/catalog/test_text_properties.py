@@ -98,6 +98,7 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     config = text_config(root / "in", root / "cache", "packed", weight=0.7)
     config["sources"].append({"name": "tokens", "path": str(root / "tok"), "weight": 0.3})
     config["global_batch_size"] = 4
+    config["sampling"]["num_samples"] = 80  # a mixture's pass is endless without it
     return config
 
 
