@@ -66,7 +66,7 @@ def _summary(name: str, report: Any, cache: Any) -> str:
     line = (
         f"{name}: {files:,} files ({report.built:,} tokenized now, {files - report.built:,} "
         f"already cached), {report.total('documents'):,} documents, {tokens:,} tokens "
-        f"({cache.dtype.name}) in {cache.url}"
+        f"({report.markers[0].get('dtype', '?') if files else cache.dtype.name}) in {cache.url}"
     )
     skipped = report.total("empty"), report.total("bad")
     if any(skipped):

@@ -128,6 +128,7 @@ def ensure_cache(
     markers: list[dict[str, Any] | None] = [cache.marker(i) for i in inputs]
     missing = [i for i, m in enumerate(markers) if m is None]
     if missing:
+        cache.dtype  # noqa: B018 - a dtype that cannot hold the ids fails before any work
         start_bar = getattr(progress, "start", None)
         if start_bar is not None:
             start_bar(len(missing))

@@ -35,6 +35,7 @@ folder, uploaded (tokens last), then the marker.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -42,17 +43,24 @@ import posixpath
 import shutil
 import socket
 import tempfile
-import time
-import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
+
+import numpy as np
 
 from streamload.errors import ConfigError, FormatError, RemoteReadError, StreamloadError
 from streamload.formats.encoder import DocumentEncoder
-from streamload.tokenize.config import DEFAULT_MAX_SIZE, OutputFormat
-from streamload.tokenize.inputs import ReadCounts, open_documents
-from streamload.tokenize.outputs import PartWriter, choose_dtype
+from streamload.tokenize.config import OutputFormat
+from streamload.tokenize.outputs import choose_dtype
+from streamload.tokenize.text_file import (
+    ProgressFn,
+    TextInput,
+    TextSettings,
+    build_stamp,
+    encoder_of,
+    write_parts,
+)
 from streamload.util.files import file_sha256, write_atomic
 
 __all__ = ["SCHEMA", "TextCache", "TextInput", "TextSettings"]
@@ -60,46 +68,6 @@ __all__ = ["SCHEMA", "TextCache", "TextInput", "TextSettings"]
 SCHEMA = "streamload-text-1"
 """The cache's layout and marker version: part of the settings key, so a streamload that
 writes another layout uses other folders."""
-
-BATCH_DOCUMENTS = 1024
-"""Documents encoded per ``encode_batch`` call (the tokenizer's threads share a batch)."""
-
-ProgressFn = Callable[[int, int], None]
-"""Called with (documents, tokens) tokenized since the last call."""
-
-
-@dataclass(frozen=True)
-class TextInput:
-    """One input file as listed: its URL, its path under the source's root (what the data
-    fingerprint uses), its size and version (ETag, generation or local mtime)."""
-
-    url: str
-    relpath: str
-    size: int
-    version: str
-
-
-@dataclass(frozen=True)
-class TextSettings:
-    """How a text source tokenizes (what its ``[[sources]]`` entry says).
-
-    Args:
-        tokenizer: Local ``tokenizer.json``.
-        bos_token_id: Prepended when absent (``streamload tokenize``'s rule).
-        eos_token_id: Appended when absent.
-        text_field: JSON key or column of the text (dotted: nested).
-        kind: Every input's kind (``parquet``, ``arrow``, ``mds``), or ``None``: by name.
-        dtype: Token dtype or ``auto`` (Megatron's rule: uint16 below 65,500 ids, else int32).
-        skip_bad: Skip and count bad rows instead of failing.
-    """
-
-    tokenizer: str
-    bos_token_id: int | None
-    eos_token_id: int | None
-    text_field: str = "text"
-    kind: str | None = None
-    dtype: str = "auto"
-    skip_bad: bool = False
 
 
 class TextCache:
@@ -135,15 +103,12 @@ class TextCache:
                 "tokenizer.json (Hugging Face tokenizers)"
             )
         self.tokenizer_sha256 = file_sha256(settings.tokenizer)
-        encoder = self.encoder()
-        special = {"bos_token_id": settings.bos_token_id, "eos_token_id": settings.eos_token_id}
-        self.vocab_size = encoder.vocab_size
-        self.dtype = choose_dtype(OutputFormat.MEGATRON, settings.dtype, self.vocab_size, special)
+        # the configured dtype (``auto`` or a name) decides the written one with the
+        # tokenizer's sha256: the key needs no tokenizer loaded, so a warm start loads none
         described = {
             "schema": SCHEMA,
             "tokenizer_sha256": self.tokenizer_sha256,
             **{k: v for k, v in asdict(settings).items() if k != "tokenizer"},
-            "dtype": self.dtype.name,
         }
         self.described = described
         self.key = _digest(json.dumps(described, sort_keys=True))[:16]
@@ -152,10 +117,23 @@ class TextCache:
         self.folder = f"{stripped.rstrip('/')}/{self.key}"
         self.url = self.folder if self.local else str(self.fs.unstrip_protocol(self.folder))
 
-    def encoder(self) -> DocumentEncoder:
-        """The tokenizer with BOS/EOS (one per process: :func:`_encoder`)."""
+    @functools.cached_property
+    def dtype(self) -> np.dtype:
+        """The token dtype written (loads the tokenizer: the first build asks, before any
+        work).
+
+        Raises:
+            ConfigError: ``dtype`` cannot hold the tokenizer's ids or a BOS/EOS id.
+        """
         s = self.settings
-        return _encoder(s.tokenizer, s.bos_token_id, s.eos_token_id, self.tokenizer_sha256)
+        special = {"bos_token_id": s.bos_token_id, "eos_token_id": s.eos_token_id}
+        vocab_size = self.encoder().vocab_size
+        return choose_dtype(OutputFormat.MEGATRON, s.dtype, vocab_size, special)
+
+    def encoder(self) -> DocumentEncoder:
+        """The tokenizer with BOS/EOS (one per process: :func:`encoder_of`)."""
+        s = self.settings
+        return encoder_of(s.tokenizer, s.bos_token_id, s.eos_token_id, self.tokenizer_sha256)
 
     def file_key(self, item: TextInput) -> str:
         """The key of an input file's outputs: its URL, size and version hashed."""
@@ -247,7 +225,7 @@ class TextCache:
     def _record_error(self, key: str, message: str) -> None:
         """The error marker of a failed build (best effort: the store may be what failed,
         and the build's own error is the one to raise)."""
-        failure = {"error": message, "built": _build_stamp()}
+        failure = {"error": message, "built": build_stamp()}
         with contextlib.suppress(Exception):
             self._put_bytes(key + ".error.json", json.dumps(failure).encode())
 
@@ -264,7 +242,8 @@ class TextCache:
 
     def _describe_folder(self) -> None:
         path = self.path("settings.json")
-        text = json.dumps({**self.described, "tokenizer": self.settings.tokenizer}, indent=1)
+        record = {**self.described, "tokenizer": self.settings.tokenizer, "dtype": self.dtype.name}
+        text = json.dumps(record, indent=1)
         if not self.local:
             if not self.fs.exists(path):
                 self.fs.pipe_file(path, text.encode())
@@ -274,39 +253,12 @@ class TextCache:
     def _write(
         self, item: TextInput, key: str, staging: str, progress: ProgressFn | None
     ) -> dict[str, Any]:
-        s = self.settings
-        reader = _open_documents(item.url, s, self.input_options)
-        encoder = self.encoder()
-        documents = tokens = 0
-        writer = PartWriter(
-            OutputFormat.MEGATRON, staging, key, self.dtype, DEFAULT_MAX_SIZE, s.tokenizer
-        )
-        with writer:
-            batch: list[Any] = []
-            for doc in reader:
-                batch.append(doc)
-                if len(batch) == BATCH_DOCUMENTS:
-                    tokens += _encode_into(encoder, batch, writer, progress)
-                    documents += len(batch)
-                    batch = []
-            if batch:
-                tokens += _encode_into(encoder, batch, writer, progress)
-                documents += len(batch)
-        counts: ReadCounts = reader.counts
-        files = {name: os.path.getsize(os.path.join(staging, name)) for name in writer.files}
-        return {
-            "schema": SCHEMA,
-            "input": asdict(item),
-            "parts": [n for n in writer.files if n.endswith(".bin")],
-            "files": files,
-            "documents": documents,
-            "tokens": tokens,
-            "rows": counts.lines,
-            "empty": counts.empty,
-            "bad": counts.bad,
-            "bad_examples": counts.bad_examples,
-            "built": _build_stamp(),
-        }
+        """Tokenize ``item`` into ``staging``; its marker (:func:`write_parts`)."""
+        found = write_parts(
+            item, key, staging, self.settings, self.dtype, self.encoder(), self.input_options,
+            progress,
+        )  # fmt: skip
+        return {"schema": SCHEMA, **found}
 
     def _publish(self, staging: str, marker: dict[str, Any]) -> None:
         """Move the parts into place (each index before its tokens), then the marker."""
@@ -388,44 +340,6 @@ def check_marker(data: bytes, item: TextInput, path: str) -> dict[str, Any]:
             "collision or an edited cache); remove it to tokenize the file again"
         )
     return dict(marker)
-
-
-def _encode_into(
-    encoder: DocumentEncoder, batch: list[Any], writer: PartWriter, progress: ProgressFn | None
-) -> int:
-    encoded = encoder.encode([doc.text for doc in batch])
-    total = 0
-    for tokens, doc in zip(encoded, batch, strict=True):
-        writer.add(tokens, doc)
-        total += int(tokens.size)
-    if progress is not None:
-        progress(len(batch), total)
-    return total
-
-
-def _open_documents(url: str, s: TextSettings, storage_options: dict[str, Any]) -> Any:
-    """A reader of ``url``'s documents whose messages speak of the source's options."""
-    reader = open_documents(
-        url, s.text_field, None, skip_bad_lines=s.skip_bad, storage_options=storage_options
-    )
-    reader.skip_hint = 'set on_error = "skip" in the source to skip and count such rows'
-    return reader
-
-
-_ENCODERS: dict[tuple[Any, ...], DocumentEncoder] = {}
-
-
-def _encoder(path: str, bos: int | None, eos: int | None, sha256: str) -> DocumentEncoder:
-    """One encoder per process and tokenizer (``sha256`` keys a changed file)."""
-    key = (path, bos, eos, sha256)
-    if key not in _ENCODERS:
-        _ENCODERS[key] = DocumentEncoder(path, bos, eos)
-    return _ENCODERS[key]
-
-
-def _build_stamp() -> str:
-    """Which build wrote a marker: time, pid and a random tag."""
-    return f"{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
 def _size(path: str) -> int:

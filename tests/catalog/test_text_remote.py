@@ -282,7 +282,7 @@ def test_a_storage_error_of_the_other_rank_fails_the_waiting_rank(
     RemoteReadError and recorded, so rank 0, waiting on that file, fails with its message."""
     from botocore.exceptions import EndpointConnectionError
 
-    from streamload.tokenize import text_cache as cache_module
+    from streamload.tokenize import text_file as cache_module
 
     bucket = new_bucket(s3)
     url = s3.upload_folder(inputs, bucket, "corpus")
@@ -290,14 +290,14 @@ def test_a_storage_error_of_the_other_rank_fails_the_waiting_rank(
     listed = list_text_inputs(source)
     owner = deal([i.size for i in listed], 2)
     lost = next(i.url for i, o in zip(listed, owner, strict=True) if o == 1)
-    opener = cache_module._open_documents
+    opener = cache_module.open_text
 
     def unreachable(url: str, *args: Any) -> Any:
         if url == lost:
             raise EndpointConnectionError(endpoint_url=url)
         return opener(url, *args)
 
-    monkeypatch.setattr(cache_module, "_open_documents", unreachable)
+    monkeypatch.setattr(cache_module, "open_text", unreachable)
     with pytest.raises(RemoteReadError, match="EndpointConnectionError") as built:
         prepare_text_source(source, rank=1, world=2)
     assert lost in str(built.value)
