@@ -294,11 +294,15 @@ def emit_cold(
         ],
         [
             f"{args.files} files: JSONL of English-like text ({size}, EOS included), a "
-            f"byte-level BPE of {args.vocab} ids trained on it; {args.tiny_files:,} tiny "
-            "files: one 10-word document each. Medians of interleaved repeats "
-            f"({args.repeats}; tiny files {args.tiny_repeats}), each case a fresh "
-            "interpreter timed after its imports (tokenizer load, listing and the pool's "
-            "start included).",
+            f"byte-level BPE of {args.vocab} ids trained on it; medians of {args.repeats} "
+            "interleaved repeats, each case a fresh interpreter timed after its imports "
+            "(tokenizer load, listing and the pool's start included)"
+            + (
+                f"; {args.tiny_files:,} tiny files: one 10-word document each, medians of "
+                f"{args.tiny_repeats}."
+                if args.tiny_files
+                else "."
+            ),
             "tokenize = `tokenize(TokenizeConfig(keep_order=True, format='megatron', "
             "id_field=None))` into a fresh folder; text source = `prepare_text_source(source, "
             "storage, processes=N)` into a fresh cache_dir. Same .bin/.idx bytes (checked).",
