@@ -72,7 +72,8 @@ def make_corpus(folder: Path, files: int, mb: float) -> None:
     weights /= weights.sum()
     (folder / "in").mkdir(parents=True, exist_ok=True)
     for f in range(files):
-        lines, size = [], 0
+        lines: list[str] = []
+        size = 0
         while size < mb * 1e6:
             count = max(5, int(rng.lognormal(np.log(250), 0.9)))
             text = _document(rng, lexicon[rng.choice(LEXICON, count, p=weights)])
