@@ -151,7 +151,7 @@ def list_entries(
     """
     files: list[ListedFile] = []
     what = "loss-mask files" if masks else "text files" if text else "token files"
-    suffixes = TOKEN_SUFFIXES
+    suffixes: tuple[str, ...] = TOKEN_SUFFIXES
     if text:  # fsspec-level module: only when a text source is listed
         from streamload.tokenize.inputs import TEXT_SUFFIXES as suffixes
     indexes: FolderIndexes = {}
