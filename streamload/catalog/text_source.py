@@ -29,7 +29,7 @@ from streamload.catalog.identity import is_local
 from streamload.catalog.listing import Siblings, list_entries, sibling_files, source_filesystem
 from streamload.catalog.store import Identity, cached_table, catalog_description
 from streamload.catalog.table import ShardTable
-from streamload.config import DataConfig, SourceConfig
+from streamload.config import SourceConfig
 from streamload.config.source import ShardFormat
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, StreamloadError
@@ -43,7 +43,6 @@ __all__ = [
     "describe_text_source",
     "list_text_inputs",
     "prepare_text_source",
-    "prepare_text_sources",
     "text_cache",
 ]
 
@@ -124,24 +123,6 @@ def prepare_text_source(
         raise
 
 
-def prepare_text_sources(
-    config: DataConfig,
-    *,
-    rank: int = 0,
-    world: int = 1,
-    processes: int = 1,
-    progress: ProgressFn | None = None,
-) -> dict[str, BuildReport]:
-    """Every text source of a config prepared (:func:`prepare_text_source`), by name."""
-    return {
-        s.name: prepare_text_source(
-            s, config.storage, rank=rank, world=world, processes=processes, progress=progress
-        )
-        for s in config.sources
-        if s.is_text
-    }
-
-
 def describe_text_source(
     source: SourceConfig,
     vocab_size: int | None,
@@ -163,7 +144,6 @@ def describe_text_source(
         storage_handle,
     )
 
-    cache = text_cache(source, storage)
     shown = os.environ.get("RANK", "0") == "0"  # one bar per job (torchrun sets RANK)
     progress = TextProgress(0, source.name) if shown else None
     try:
@@ -172,6 +152,7 @@ def describe_text_source(
         if progress is not None:
             progress.close()
     inputs = [TextInput(**m["input"]) for m in report.markers]
+    cache = text_cache(source, storage)
     derived = tokens_source(source, cache)
     fs, _ = source_filesystem(derived, storage)
     handle = storage_handle(fs, derived, storage)

@@ -125,7 +125,7 @@ def ensure_cache(
     if found is not None and len(found) == len(inputs):
         report.markers = found
         return report
-    markers: list[dict[str, Any] | None] = [cache.marker(i) for i in inputs]
+    markers = _markers(cache, inputs)
     missing = [i for i, m in enumerate(markers) if m is None]
     if missing:
         cache.dtype  # noqa: B018 - a dtype that cannot hold the ids fails before any work
@@ -346,6 +346,15 @@ def _poll(
                 notice = time.monotonic() + WAIT_NOTICE
             time.sleep(poll)
             poll = min(POLL_MAX, poll * 1.5)
+
+
+def _markers(cache: TextCache, inputs: Sequence[TextInput]) -> list[dict[str, Any] | None]:
+    """Each input's marker, or ``None``; a remote cache is listed once and only the markers
+    listed are read (not a request per input and rank: 10^7 at 10^4 files on 1,000 ranks)."""
+    if cache.local:
+        return [cache.marker(i) for i in inputs]
+    names = cache.names()
+    return [cache.marker(i) if f"{cache.file_key(i)}.json" in names else None for i in inputs]
 
 
 def _failures(
