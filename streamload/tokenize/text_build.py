@@ -122,7 +122,7 @@ def ensure_cache(
     report = BuildReport()
     digest = manifest_digest(cache, inputs)
     found = cache.read_manifest(digest)
-    if found is not None and len(found) == len(inputs):
+    if found is not None and len(found) == len(inputs) and _present(cache, found):
         report.markers = found
         return report
     markers = _markers(cache, inputs)
@@ -346,6 +346,18 @@ def _poll(
                 notice = time.monotonic() + WAIT_NOTICE
             time.sleep(poll)
             poll = min(POLL_MAX, poll * 1.5)
+
+
+def _present(cache: TextCache, markers: list[dict[str, Any]]) -> bool:
+    """Whether a manifest's files are all still there (a local cache: one listing; a part
+    cut or rewritten since is caught when it is opened, by its recorded size and time)."""
+    if not cache.local:
+        return True
+    try:
+        names = set(os.listdir(cache.folder))
+    except OSError:
+        return False
+    return all(name in names for m in markers for name in m["files"])
 
 
 def _markers(cache: TextCache, inputs: Sequence[TextInput]) -> list[dict[str, Any] | None]:

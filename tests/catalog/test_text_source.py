@@ -256,7 +256,10 @@ def test_a_marker_of_another_version_is_refused(corpus: Path, tmp_path: Path) ->
     [
         ({"column": "input_ids"}, "column does not apply to a text source"),
         ({"label_masks": "none"}, "label_masks = 'none' does not apply to a text source"),
-        ({"tokenizer": None, "eos_token_id": None, "format": "text"}, 'format = "text" needs a tokenizer'),
+        (
+            {"tokenizer": None, "eos_token_id": None, "format": "text"},
+            'format = "text" needs a tokenizer',
+        ),
         ({"tokenizer": None, "eos_token_id": None, "cache_dir": "c"}, "cache_dir only apply"),
         ({"format": "npy"}, "a source with a tokenizer reads text"),
         ({"eos_token_id": None}, "a text source with a tokenizer needs bos_token_id"),
@@ -274,3 +277,13 @@ def test_a_folder_without_text_files_is_named(tmp_path: Path) -> None:
     config = text_config(tmp_path / "in", tmp_path / "cache")
     with pytest.raises(ConfigError, match=r"holds no text files \(looked for \*\.jsonl"):
         batches(config, 1)
+
+
+def test_a_removed_part_is_tokenized_again(corpus: Path, tmp_path: Path) -> None:
+    shutil.copytree(corpus / "cache", tmp_path / "cache")
+    source = SourceConfig(**text_config(corpus / "in", tmp_path / "cache")["sources"][0])
+    folder = text_cache(source).folder
+    part = sorted(n for n in os.listdir(folder) if n.endswith(".bin"))[3]
+    os.remove(os.path.join(folder, part))  # the manifest still lists it
+    report = prepare_text_source(source)
+    assert report.built == 1 and os.path.exists(os.path.join(folder, part))
