@@ -43,7 +43,11 @@ class TextProgress:
         except ImportError:
             _LOG.warning("%s: tokenizing %d files into the cache", self.what, total)
             return
-        self._bar = tqdm(total=total, unit=" files", desc=self.what, file=sys.stderr)
+        tty = sys.stderr.isatty()  # a job's log file gets a line every 30 s, not a stream
+        self._bar = tqdm(
+            total=total, unit=" files", desc=self.what, file=sys.stderr,
+            mininterval=0.1 if tty else 30.0,
+        )  # fmt: skip
 
     def __call__(self, files: int, documents: int, tokens: int) -> None:
         self.documents += documents
