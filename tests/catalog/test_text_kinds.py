@@ -16,8 +16,7 @@ from streamload.catalog.sources import describe_source
 from streamload.config import SourceConfig
 from streamload.errors import ConfigError, FormatError
 from streamload.formats.registry import open_shard
-from streamload.tokenize import TokenizeConfig, tokenize
-from tests.catalog.test_text_source import TOKENIZER, assert_same, batches, text_config
+from tests.catalog.test_text_source import assert_same, batches, text_config, tokenize_to
 
 pytest.importorskip("pyarrow")
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "text"
@@ -59,13 +58,7 @@ def test_every_kind_gives_the_same_documents(kind: str, tmp_path: Path) -> None:
 def test_batches_equal_tokenize_keep_order_of_the_same_files(kind: str, tmp_path: Path) -> None:
     folder = FIXTURES / KINDS[kind]
     files = sorted(p for p in folder.iterdir() if p.suffix in (".arrow", ".parquet", ".zstd"))
-    tokenize(
-        TokenizeConfig(
-            documents=tuple(str(f) for f in files), destination=str(tmp_path / "tok"),
-            tokenizer=TOKENIZER, eos_token_id=0, format="megatron", keep_order=True,
-            id_field=None,
-        )
-    )  # fmt: skip
+    tokenize_to(tmp_path / "tok", *(str(f) for f in files))
     for mode in ("concat", "packed"):
         config = text_config(folder, tmp_path / "cache", mode)
         config["seq_len"] = 8

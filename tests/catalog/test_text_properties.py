@@ -13,20 +13,19 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import streamload
 from streamload import RankSpec, SampleStream, StreamDataset, load_config
 from streamload.testing import assert_resumes_exactly
-from streamload.tokenize import TokenizeConfig, tokenize
 from tests.catalog.test_text_source import (
-    TOKENIZER,
     WORDS,
     assert_same,
     batches,
     text_config,
+    tokenize_to,
     with_mode,
     write_corpus,
 )
@@ -53,21 +52,14 @@ def test_a_text_source_reads_what_tokenize_keep_order_writes(
     files: list[list[str]], seq_len: int, mode: str
 ) -> None:
     words = sum(len(t.split()) for f in files for t in f)
-    if words < 3 * seq_len:
-        return  # too little text for a batch
+    assume(words >= 3 * seq_len)  # enough text for batches
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "in").mkdir()
         for i, docs in enumerate(files):
             lines = [json.dumps({"text": t}) for t in docs]
             (root / "in" / f"f{i}.jsonl").write_text("\n".join(lines) + "\n")
-        tokenize(
-            TokenizeConfig(
-                documents=(str(root / "in" / "*.jsonl"),), destination=str(root / "tok"),
-                tokenizer=TOKENIZER, eos_token_id=0, format="megatron", keep_order=True,
-                id_field=None,
-            )
-        )  # fmt: skip
+        tokenize_to(root / "tok", str(root / "in" / "*.jsonl"))
         config = text_config(root / "in", root / "cache", mode)
         config["seq_len"] = seq_len
         tokens = with_mode(
@@ -82,6 +74,7 @@ def test_a_text_source_reads_what_tokenize_keep_order_writes(
             with pytest.raises(type(exc)):
                 batches(config, 8)
             return
+        event(f"{mode}: {len(expected)} batches")
         assert_same(batches(config, 8), expected)
 
 
@@ -89,12 +82,7 @@ def test_a_text_source_reads_what_tokenize_keep_order_writes(
 def mixed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("mixed")
     write_corpus(root / "in", files=4)
-    tokenize(
-        TokenizeConfig(
-            documents=(str(root / "in" / "*.jsonl"),), destination=str(root / "tok"),
-            tokenizer=TOKENIZER, eos_token_id=0, format="megatron", id_field=None,
-        )
-    )  # fmt: skip
+    tokenize_to(root / "tok", str(root / "in" / "*.jsonl"), keep_order=False)
     config = text_config(root / "in", root / "cache", "packed", weight=0.7)
     config["sources"].append({"name": "tokens", "path": str(root / "tok"), "weight": 0.3})
     config["global_batch_size"] = 4

@@ -27,7 +27,10 @@ from streamload.testing import assert_resumes_exactly
 from streamload.tokenize import TokenizeConfig, tokenize
 
 TOKENIZER = str(Path(__file__).parents[1] / "golden" / "tokenize" / "tokenizer.json")
-WORDS = "the quick brown fox jumps over a lazy dog while data streams into loaders".split()
+WORDS = [
+    *("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while"),
+    *("data", "streams", "into", "loaders"),
+]
 
 
 def write_corpus(folder: Path, files: int = 12, docs: int = 20, seed: int = 0) -> list[Path]:
@@ -60,7 +63,7 @@ def text_config(inputs: Any, cache: Path, mode: str = "concat", **source: Any) -
                 "eos_token_id": 0,
                 "cache_dir": str(cache),
                 **source,
-            }  # fmt: skip
+            }
         ],
         "storage": {"cache_dir": str(cache.parent / "storage-cache")},
     }
@@ -98,17 +101,22 @@ def assert_same(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> None:
                 assert torch.equal(value, y[key]), key
 
 
+def tokenize_to(destination: Path, *documents: str, keep_order: bool = True) -> None:
+    """``streamload tokenize --keep-order --format megatron --id-field ''`` (what a text
+    source's cache holds) of ``documents`` into ``destination``."""
+    tokenize(
+        TokenizeConfig(
+            documents=documents, destination=str(destination), tokenizer=TOKENIZER,
+            eos_token_id=0, format="megatron", keep_order=keep_order, id_field=None,
+        )
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("text")
     write_corpus(root / "in")
-    tokenize(
-        TokenizeConfig(
-            documents=(str(root / "in" / "*.jsonl"),), destination=str(root / "tok"),
-            tokenizer=TOKENIZER, eos_token_id=0, format="megatron", keep_order=True,
-            id_field=None,
-        )
-    )  # fmt: skip
+    tokenize_to(root / "tok", str(root / "in" / "*.jsonl"))
     return root
 
 
