@@ -158,7 +158,10 @@ def test_other_tokenizing_settings_reprepare_and_change_the_fingerprint(
     [
         ({"tokenizer": "t.json"}, "needs bos_token_id or eos_token_id"),
         ({"eos_token_id": 0}, "only apply with a tokenizer"),
-        ({"tokenizer": "t.json", "eos_token_id": 0, "format": "npy"}, "a source with a tokenizer reads text"),
+        (
+            {"tokenizer": "t.json", "eos_token_id": 0, "format": "npy"},
+            "a source with a tokenizer reads text",
+        ),
         ({"tokenizer": "t.json", "eos_token_id": -1}, "eos_token_id"),
     ],
 )
