@@ -22,7 +22,7 @@ from streamload.catalog.sources import SourceCatalog, describe_source
 from streamload.config import SourceConfig
 from streamload.errors import FormatError
 from streamload.formats import open_shard
-from streamload.testing import collect_global_batches
+from streamload.testing import assert_resumes_exactly, collect_global_batches
 from streamload.tools.masks import mask_reader
 from tests.helpers.paths import TESTS
 from tests.helpers.shards import documents
@@ -244,3 +244,11 @@ def test_a_bad_label_in_a_later_record_batch_names_the_files_row(tmp_path: Path)
     want = r"x\.arrow: row 5, position 2: column 'labels' holds 9 but the token in 'input_ids' is 7"
     with pytest.raises(FormatError, match=want):
         reader.tokens(0, info.num_tokens)
+
+
+@pytest.mark.filterwarnings("ignore:each pass of")
+@pytest.mark.parametrize("folder", sorted(FOLDERS))
+def test_packed_labels_resume_exactly(folder: str) -> None:
+    cfg = config(SFT / folder, "packed", 24)
+    cfg["sampling"]["shuffle"] = True
+    assert_resumes_exactly(lambda: build_loader(cfg, batch_size=2), passes=2)

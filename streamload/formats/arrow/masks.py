@@ -221,13 +221,14 @@ def label_flags(
         at = int(bad[0])
         starts = offsets - offsets[0]
         row = int(np.searchsorted(starts, at, side="right")) - 1
+        last_row = first_row + starts.size - 2
         raise FormatError(
             f"{path}: row {first_row + row}, position {at - int(starts[row])}: column "
             f"{columns[1]!r} holds {int(values[at])} but the token in {columns[0]!r} is "
             f"{int(tokens[at])}; labels must be a masked copy of the tokens ({IGNORE_INDEX} "
             "where not trained, else the token itself, before any shift: the transformers "
-            f"convention; {bad.size} label(s) differ). Labels already shifted by one are not "
-            'read; set label_masks = "none" to ignore them'
+            f"convention; {bad.size} label(s) of rows {first_row}..{last_row} differ). Labels "
+            'already shifted by one are not read; set label_masks = "none" to ignore them'
         )
     return trained.view(_MASK_DTYPE)
 
