@@ -12,15 +12,18 @@
 
 Arrow and Parquet shards may hold their mask as a column of the token file
 (:mod:`streamload.formats.arrow.masks`): the source's ``mask_column`` (required in every
-such file), else with ``"auto"`` a column named ``loss_mask`` or ``labels_mask`` where a file
-has one and no mask file lies beside it (both is refused: say which with ``mask_column`` or
+such file), else with ``"auto"`` the first of ``loss_mask``, ``labels_mask``, ``labels``
+(read as ``labels != -100``), ``assistant_masks``, ``completion_mask`` that a file has, where
+no mask file lies beside it (both is refused: say which with ``mask_column`` or
 ``label_masks``). The column is chosen from the column types describing recorded, so it
 costs no read either; its shard's :attr:`~streamload.formats.base.ShardInfo.loss_mask` is
 the token file itself and ``meta["mask_column"]`` the column.
 
-Masks are attached at every start-up, after the shards are described (or taken from the
-catalog cache): the folder listings are those the description made, so ``"auto"`` costs no
-request, and a named mask costs one listing per entry. A mask must hold one byte per token of
+Masks are attached right after the shards are described, and the catalog cache keeps the
+shards with their masks (its key holds ``label_masks``, ``mask_column`` and the column names
+found by name, :func:`streamload.catalog.store.catalog_description`): the folder listings are
+those the description made, so ``"auto"`` costs no request, and a named mask costs one
+listing per entry. A mask must hold one byte per token of
 its shard; anything else is refused naming both files. The mask's listed version goes with
 the shard's companions, so a remote mask is read only in that version.
 """

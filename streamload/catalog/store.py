@@ -44,6 +44,7 @@ from streamload.catalog.table import (
 from streamload.config import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError
+from streamload.formats.arrow.masks import MASK_COLUMNS
 from streamload.formats.base import ShardInfo
 from streamload.util.index_cache import CacheKind, CacheUnwritable, load_or_build
 
@@ -101,6 +102,9 @@ def catalog_description(
         "dtype": source.dtype,
         "label_masks": list(source.mask_paths) if source.mask_paths else source.label_masks,
         "columns": [source.column, source.mask_column, source.id_column],
+        # the columns found as masks by name: a cached table has its masks attached, so an
+        # entry made before a name was added would keep that file unmasked
+        "mask_names": list(MASK_COLUMNS),
         "eos": source.eos_token_id,
         "storage_options": hashlib.sha256(secrets.encode()).hexdigest(),
         "options": options,

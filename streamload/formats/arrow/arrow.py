@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -47,8 +48,8 @@ from streamload.formats.arrow.columns import (
 from streamload.formats.arrow.masks import (
     check_row_lengths,
     column_types,
-    mask_flags,
     mask_lists,
+    mask_values,
 )
 from streamload.formats.base import (
     ListedFile,
@@ -139,7 +140,8 @@ class ArrowShard:
     the shard reads its ``column`` as the loss mask of the token column ``mask_of``: each
     row's flags are checked against the row's tokens when it opens (offsets only, no
     flag is read), and each record batch's flags become ``uint8`` on first use
-    (:func:`~streamload.formats.arrow.masks.mask_flags`).
+    (:func:`~streamload.formats.arrow.masks.mask_values`: a ``labels`` column is checked
+    against the batch's tokens then).
 
     Attributes:
         info: The shard.
@@ -156,7 +158,7 @@ class ArrowShard:
         local = check_size_unchanged(info.path, info.size, info.storage, info.version or None)
         self._batches: list[Any] = []
         self._pieces: list[np.ndarray | None] = []
-        self._raw: list[Any] = []  # a mask's flags as stored, converted on first use
+        self._raw: list[Any] = []  # a mask's conversion of its stored flags, run on first use
         offsets = []
         with ipc_batches(None, local, info.size) as (self._schema, batches, _kind):
             for number, batch in enumerate(batches):
@@ -185,19 +187,20 @@ class ArrowShard:
             self._pieces.append(tokens)
             return bounds
         flags, bounds = mask_lists(_batch_column(batch, column), column, where)
-        _, token_bounds = token_lists(_batch_column(batch, mask_of), mask_of, where)
+        tokens, token_bounds = token_lists(_batch_column(batch, mask_of), mask_of, where)
         first_row = sum(b.num_rows for b in self._batches)
         check_row_lengths(token_bounds, bounds, self.info.path, first_row, (mask_of, column))
         self._pieces.append(None)
-        self._raw.append(flags)
+        at = (self.info.path, first_row)
+        self._raw.append(partial(mask_values, column, flags, tokens, bounds, at, mask_of))
         return bounds
 
     def _piece(self, index: int) -> np.ndarray:
-        """Record batch ``index``'s values (a mask's converted once; a race converts twice,
-        harmlessly)."""
+        """Record batch ``index``'s values (a mask's converted once, ``labels`` checked
+        against the tokens then; a race converts twice, harmlessly)."""
         piece = self._pieces[index]
         if piece is None:
-            piece = self._pieces[index] = mask_flags(self._raw[index])
+            piece = self._pieces[index] = self._raw[index]()
         return piece
 
     def tokens(self, start: int, stop: int) -> np.ndarray:

@@ -51,8 +51,8 @@ from streamload.formats.arrow.columns import (
 from streamload.formats.arrow.masks import (
     check_row_lengths,
     column_types,
-    mask_flags,
     mask_lists,
+    mask_values,
 )
 from streamload.formats.arrow.parquet_write import ROW_GROUP_TOKENS, ParquetWriter
 from streamload.formats.base import (
@@ -210,10 +210,13 @@ class ParquetShard:
             table = self._file.read_row_group(group, columns=[self._column], use_threads=False)
             array = table.column(0).combine_chunks()
         flags, offsets = mask_lists(array, self._column, where)
-        _, token_offsets = self._row_group(group, mask_of)
+        tokens, token_offsets = self._row_group(group, mask_of)
         columns = (mask_of, self._column)
-        check_row_lengths(token_offsets, offsets, self.info.path, self._rows[group], columns)
-        return mask_flags(flags), offsets.astype(np.int64) - int(offsets[0])
+        first_row = self._rows[group]
+        check_row_lengths(token_offsets, offsets, self.info.path, first_row, columns)
+        at = (self.info.path, first_row)
+        values = mask_values(self._column, flags, tokens, offsets, at, mask_of)
+        return values, offsets.astype(np.int64) - int(offsets[0])
 
     def tokens(self, start: int, stop: int) -> np.ndarray:
         return take_tokens(
