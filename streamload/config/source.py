@@ -134,9 +134,11 @@ class SourceConfig:
         column: The token column of an ``arrow``, ``parquet`` or ``mds`` source (``None``:
             the format's default, ``input_ids`` for Arrow/Parquet).
         mask_column: An ``arrow`` or ``parquet`` source's loss-mask column (a list of 0/1
-            integers or booleans per row, as long as the row's tokens), required in every
-            file; ``None``: a column named ``loss_mask`` or ``labels_mask`` is used where a
-            file has one (with ``label_masks = "auto"``).
+            integers or booleans per row, as long as the row's tokens; ``"labels"``: the
+            Hugging Face ``labels``, read as ``labels != -100``), required in every file;
+            ``None``: the first of ``loss_mask``, ``labels_mask``, ``labels``,
+            ``assistant_masks``, ``completion_mask`` a file has is used (with
+            ``label_masks = "auto"``; docs/formats.md).
         id_column: An ``arrow`` or ``parquet`` source's document id column, shown by
             ``streamload docs`` and ``show`` (``None``: ``id`` where a file has it).
     """

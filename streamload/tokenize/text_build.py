@@ -32,7 +32,6 @@ import concurrent.futures
 import contextlib
 import hashlib
 import heapq
-import logging
 import multiprocessing
 import os
 import shutil
@@ -44,22 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamload.errors import FormatError, WorkerDiedError
+from streamload.tokenize import text_wait
 from streamload.tokenize.lock import try_exclusive
 from streamload.tokenize.text_cache import TextCache, TextInput
 from streamload.util.lifeline import exit_with_parent
 
 __all__ = ["BuildReport", "deal", "discard_staging", "ensure_cache"]
-
-_LOG = logging.getLogger("streamload.text")
-
-POLL_MAX = 10.0
-"""Seconds between two looks of a rank waiting on other ranks' files, at most."""
-
-WAIT_NOTICE = 60.0
-STALE_ERROR_GRACE = 60.0
-"""Seconds a waiter on a remote cache lets an error marker it found at its start stand
-before taking it for this run's failure (its owner, if alive, clears it when it starts)."""
-"""Seconds between the log lines of a process waiting on other processes' files."""
 
 
 @dataclass
@@ -122,10 +111,10 @@ def ensure_cache(
     report = BuildReport()
     digest = manifest_digest(cache, inputs)
     found = cache.read_manifest(digest)
-    if found is not None and len(found) == len(inputs) and _present(cache, found):
+    if found is not None and len(found) == len(inputs) and text_wait.present(cache, found):
         report.markers = found
         return report
-    markers = _markers(cache, inputs)
+    markers = text_wait.markers_of(cache, inputs)
     missing = [i for i, m in enumerate(markers) if m is None]
     if missing:
         cache.dtype  # noqa: B018 - a dtype that cannot hold the ids fails before any work
@@ -139,13 +128,13 @@ def ensure_cache(
                 cache.clear_error(inputs[i])
         others = [i for i in reversed(missing) if owner[i] != rank]
         # failures already recorded are an earlier run's: only a new one ends a wait
-        seen = _failures(cache, inputs, others) if not cache.local else {}
+        seen = text_wait.failures(cache, inputs, others) if not cache.local else {}
         builder = _Builder(cache, inputs, markers, processes, progress)
         with builder:
             builder.run(mine + others if cache.local else mine)
         report.built = builder.built
         if not cache.local:
-            _poll(cache, inputs, markers, seen, poll)
+            text_wait.poll_markers(cache, inputs, markers, seen, poll)
     report.markers = [m for m in markers if m is not None]
     assert len(report.markers) == len(inputs)
     if missing or found is None:
@@ -304,80 +293,6 @@ def _abandoned(writer: str) -> bool:
         return True
     except (ValueError, OverflowError, OSError, IndexError):  # not such a name; EPERM; no /proc
         return False
-
-
-def _poll(
-    cache: TextCache,
-    inputs: Sequence[TextInput],
-    markers: list[dict[str, Any] | None],
-    seen: dict[int, dict[str, str] | None],
-    poll: float,
-) -> None:
-    """Wait until the files other ranks build have their markers (remote caches): one
-    listing of the folder a round, each marker read once it is listed, the rounds further
-    apart while the wait lasts (up to :data:`POLL_MAX` seconds); fail with the message of a
-    build that failed since ``seen`` (the files' error markers before this process started
-    building) — or with an earlier one's still there after :data:`STALE_ERROR_GRACE`
-    seconds (a live owner clears its files' old error markers as it starts: one left is
-    this run's, written before this process looked)."""
-    pending = [i for i in seen if markers[i] is None]
-    start = time.monotonic()
-    notice = start + WAIT_NOTICE
-    while pending:
-        names, still = cache.names(), []
-        for i in pending:
-            key = cache.file_key(inputs[i])
-            if f"{key}.json" in names:
-                markers[i] = cache.marker(inputs[i])
-            elif f"{key}.error.json" in names:
-                failure = cache.failure(inputs[i])
-                old = failure == seen[i] and time.monotonic() - start < STALE_ERROR_GRACE
-                if failure is not None and not old:
-                    raise FormatError(failure["error"])
-            if markers[i] is None:
-                still.append(i)
-        pending = still
-        if pending:
-            if time.monotonic() > notice:
-                _LOG.info(
-                    "waiting for %d files other ranks tokenize into %s (first: %s)",
-                    len(pending), cache.url, inputs[pending[0]].url,
-                )  # fmt: skip
-                notice = time.monotonic() + WAIT_NOTICE
-            time.sleep(poll)
-            poll = min(POLL_MAX, poll * 1.5)
-
-
-def _present(cache: TextCache, markers: list[dict[str, Any]]) -> bool:
-    """Whether a manifest's files are all still there (a local cache: one listing; a part
-    cut or rewritten since is caught when it is opened, by its recorded size and time)."""
-    if not cache.local:
-        return True
-    try:
-        names = set(os.listdir(cache.folder))
-    except OSError:
-        return False
-    return all(name in names for m in markers for name in m["files"])
-
-
-def _markers(cache: TextCache, inputs: Sequence[TextInput]) -> list[dict[str, Any] | None]:
-    """Each input's marker, or ``None``; a remote cache is listed once and only the markers
-    listed are read (not a request per input and rank: 10^7 at 10^4 files on 1,000 ranks)."""
-    if cache.local:
-        return [cache.marker(i) for i in inputs]
-    names = cache.names()
-    return [cache.marker(i) if f"{cache.file_key(i)}.json" in names else None for i in inputs]
-
-
-def _failures(
-    cache: TextCache, inputs: Sequence[TextInput], others: list[int]
-) -> dict[int, dict[str, str] | None]:
-    """The error markers of ``others`` now (one listing; a read for each one listed)."""
-    names = cache.names()
-    return {
-        i: cache.failure(inputs[i]) if f"{cache.file_key(inputs[i])}.error.json" in names else None
-        for i in others
-    }
 
 
 def _kill_workers(pool: concurrent.futures.ProcessPoolExecutor) -> None:

@@ -229,15 +229,15 @@ def test_a_waiting_rank_lists_the_cache_instead_of_asking_for_every_file(
             return _real(self, *args)
 
         monkeypatch.setattr(TextCache, real.__name__, counting)
-    import streamload.tokenize.text_build as text_build
+    import streamload.tokenize.text_wait as text_wait
 
-    poll = text_build._poll
+    poll = text_wait.poll_markers
 
     def announced(*args: Any) -> None:
         waiting.set()
         poll(*args)
 
-    monkeypatch.setattr(text_build, "_poll", announced)
+    monkeypatch.setattr(text_wait, "poll_markers", announced)
     reports: list[Any] = []
     rank_0 = threading.Thread(
         target=lambda: reports.append(prepare_text_source(source, rank=0, world=2)),
@@ -309,10 +309,10 @@ def test_a_storage_error_of_the_other_rank_fails_the_waiting_rank(
         except BaseException as exc:
             waited.append(exc)
 
-    import streamload.tokenize.text_build as text_build
+    import streamload.tokenize.text_wait as text_wait
 
     # rank 1 failed before rank 0 looked: its error marker stands, so it is this run's
-    monkeypatch.setattr(text_build, "STALE_ERROR_GRACE", 2.0)
+    monkeypatch.setattr(text_wait, "STALE_ERROR_GRACE", 2.0)
     thread = threading.Thread(target=rank_0, daemon=True)
     thread.start()
     thread.join(timeout=CHILD_SECONDS)
