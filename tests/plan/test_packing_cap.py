@@ -30,9 +30,7 @@ def reference_capped(
         members: list[list[int]] = []
         for step, item in enumerate(ids):
             fits = [
-                b
-                for b in range(len(free))
-                if free[b] >= lengths[item] and len(members[b]) < cap
+                b for b in range(len(free)) if free[b] >= lengths[item] and len(members[b]) < cap
             ]
             if fits:
                 chosen = min(fits, key=lambda b: (free[b], changed[b]))
