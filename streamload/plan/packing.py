@@ -268,13 +268,14 @@ def _pack_in_python(sizes: np.ndarray, capacity: int, group: int) -> SamplePlan:
 def _pack_capped(sizes: np.ndarray, capacity: int, group: int, cap: int) -> SamplePlan:
     """:func:`_pack_in_python` with at most ``cap`` items per bin: a bin that reaches ``cap``
     leaves the free-space lists like a full one. A separate loop keeps the uncapped one's
-    cost; the Python loop serves every group count (~0.5-1 µs per item)."""
+    cost; the Python loop serves every group count (~0.5-1.3 µs per item)."""
     bins = np.empty(sizes.size, dtype=np.int64)
     opened = 0
     for first in range(0, sizes.size, group):
         order = np.argsort(capacity - sizes[first : first + group], kind="stable")
         lists: dict[int, collections.deque[int]] = collections.defaultdict(collections.deque)
-        bitmap, chosen, counts = 1 << capacity, [], []
+        bitmap, chosen = 1 << capacity, []
+        counts: list[int] = []  # items in each of the group's bins
         for size in sizes[first + order].tolist():
             above = bitmap >> size
             free = size + (above & -above).bit_length() - 1
