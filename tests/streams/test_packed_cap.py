@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import streamload
 from streamload.config import SamplingMode
-from streamload.errors import ConfigError
+from streamload.errors import ConfigError, StateError
 from streamload.modes.packed.plan_cache import build_plan_arrays, plan_description
 from streamload.plan.packing import document_items
 from streamload.streams.interface import SampleStream
@@ -130,3 +130,16 @@ def test_plan_shows_the_cap(
     assert "at most 2 documents per sample" in capsys.readouterr().out
     assert main(["plan", str(tmp_path / "c.json"), "--steps", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["max_documents_per_sample"] == 2
+
+
+def test_a_capped_state_does_not_load_into_an_uncapped_loader(
+    make_corpus: Callable[..., Corpus],
+) -> None:
+    corpus = make_corpus([400], mean_doc_len=4.0)
+    capped = streamload.build_loader(
+        packed_config(corpus, max_documents_per_sample=2), batch_size=2
+    )
+    next(iter(capped))
+    plain = streamload.build_loader(packed_config(corpus), batch_size=2)
+    with pytest.raises(StateError, match="max_documents_per_sample"):
+        plain.load_state_dict(capped.state_dict())
