@@ -187,26 +187,34 @@ def pack_bound(lengths: np.ndarray, capacity: int) -> int:
     return -(-int(np.asarray(lengths, dtype=np.int64).sum()) // capacity)
 
 
-def pack_items(lengths: np.ndarray, capacity: int, group_size: int = GROUP_SIZE) -> SamplePlan:
+def pack_items(
+    lengths: np.ndarray,
+    capacity: int,
+    group_size: int = GROUP_SIZE,
+    max_items: int | None = None,
+) -> SamplePlan:
     """Best-fit decreasing of items into samples of ``capacity`` tokens, group by group.
 
     Groups are items ``[0, g)``, ``[g, 2g)``, … (``g = group_size``; the last may be
     shorter). Within a group, items go in order of length descending (ties: lower id first)
     into the open bin with the least free space that holds them (ties: the bin that has had
-    that free space the longest); when none does, into a new bin.
+    that free space the longest); when none does, into a new bin. With ``max_items`` a bin
+    that holds that many items is closed, whatever its free space (grain's
+    ``max_sequences_per_bin``); the rule is otherwise unchanged.
 
     Args:
         lengths: int ``[n]``, every length in ``[1, capacity]``.
         capacity: Tokens per sample (``seq_len + 1``).
         group_size: Items per group (>= 1).
+        max_items: The most items per sample (>= 1); ``None``: no cap.
 
     Returns:
         Samples in order: groups in order, a group's bins in the order they were opened;
         each sample's items ascending.
 
     Raises:
-        ValueError: a length is outside ``[1, capacity]``, or ``capacity`` or
-            ``group_size`` is below 1.
+        ValueError: a length is outside ``[1, capacity]``, or ``capacity``,
+            ``group_size`` or ``max_items`` is below 1.
     """
     sizes = np.asarray(lengths, dtype=np.int64)
     if capacity < 1 or group_size < 1:
@@ -216,6 +224,10 @@ def pack_items(lengths: np.ndarray, capacity: int, group_size: int = GROUP_SIZE)
     if sizes.size and (sizes.min() < 1 or sizes.max() > capacity):
         raise ValueError(f"item lengths span {sizes.min()}..{sizes.max()}: expected 1..{capacity}")
     group = min(group_size, max(1, sizes.size))
+    if max_items is not None:
+        if max_items < 1:
+            raise ValueError(f"max_items {max_items}: expected >= 1 or None")
+        return _pack_capped(sizes, capacity, group, max_items)
     if sizes.size <= _LOOP_GROUPS * group:
         return _pack_in_python(sizes, capacity, group)
     return _pack_in_lockstep(sizes, capacity, group)
@@ -249,6 +261,38 @@ def _pack_in_python(sizes: np.ndarray, capacity: int, group: int) -> SamplePlan:
                 bitmap |= 1 << (free - size)
         bins[first + order] = np.array(chosen, dtype=np.int64) + opened
         opened += fresh
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(bins))]).astype(np.int64)
+    return SamplePlan(offsets, np.argsort(bins, kind="stable").astype(np.int64))
+
+
+def _pack_capped(sizes: np.ndarray, capacity: int, group: int, cap: int) -> SamplePlan:
+    """:func:`_pack_in_python` with at most ``cap`` items per bin: a bin that reaches ``cap``
+    leaves the free-space lists like a full one. A separate loop keeps the uncapped one's
+    cost; the Python loop serves every group count (~0.5-1.3 µs per item)."""
+    bins = np.empty(sizes.size, dtype=np.int64)
+    opened = 0
+    for first in range(0, sizes.size, group):
+        order = np.argsort(capacity - sizes[first : first + group], kind="stable")
+        lists: dict[int, collections.deque[int]] = collections.defaultdict(collections.deque)
+        bitmap, chosen = 1 << capacity, []
+        counts: list[int] = []  # items in each of the group's bins
+        for size in sizes[first + order].tolist():
+            above = bitmap >> size
+            free = size + (above & -above).bit_length() - 1
+            if free == capacity:
+                found = len(counts)
+                counts.append(1)
+            else:
+                found = lists[free].popleft()
+                if not lists[free]:
+                    bitmap ^= 1 << free
+                counts[found] += 1
+            chosen.append(found)
+            if free > size and counts[found] < cap:  # a full or capped bin is closed
+                lists[free - size].append(found)
+                bitmap |= 1 << (free - size)
+        bins[first + order] = np.array(chosen, dtype=np.int64) + opened
+        opened += len(counts)
     offsets = np.concatenate([[0], np.cumsum(np.bincount(bins))]).astype(np.int64)
     return SamplePlan(offsets, np.argsort(bins, kind="stable").astype(np.int64))
 

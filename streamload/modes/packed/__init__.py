@@ -30,12 +30,21 @@ def _build(config: DataConfig) -> SampleStream:
 
 
 def _plan_report(stream: Any, steps: int | None) -> dict[str, Any]:
-    """What an epoch of each source holds: documents, items, samples, padding."""
-    return {"packing": {source.name: source.packing_report() for source in stream.sources}}
+    """What an epoch of each source holds: documents, items, samples, padding (and the cap
+    of documents per sample, when set)."""
+    out: dict[str, Any] = {
+        "packing": {source.name: source.packing_report() for source in stream.sources}
+    }
+    cap = stream.config.sampling.max_documents_per_sample
+    if cap is not None:
+        out["max_documents_per_sample"] = int(cap)
+    return out
 
 
 def _plan_lines(report: dict[str, Any]) -> list[str]:
-    return [
+    cap = report.get("max_documents_per_sample")
+    head = [] if cap is None else [f"at most {cap:,} documents per sample"]
+    return head + [
         f"{name} per epoch: {p['documents']:,} documents -> {p['items']:,} items -> "
         f"{p['samples']:,} samples ({p['samples_over_bound_pct']:.2f} % over the bound); "
         f"{p['data_tokens']:,} data, {p['padding_tokens']:,} padding, "

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streamload.config.checks import to_enum
+from streamload.config.checks import check_int, to_enum
 from streamload.config.enums import LongDocuments
 from streamload.errors import ConfigError
 
@@ -19,17 +19,31 @@ class PackedOptions:
     long_documents: What a document of more than ``seq_len + 1`` tokens becomes: pieces
         (``split``, every next-token pair trained once) or its first ``seq_len + 1``
         tokens (``truncate``, the rest dropped and counted).
+    max_documents_per_sample: The most items (documents, or pieces of a long one) a
+        ``packed`` sample holds, as grain's ``max_sequences_per_bin``: a sample that
+        reaches it takes no more, even with room left (more padding). ``None``: no cap.
     """
 
     long_documents: LongDocuments = LongDocuments.SPLIT
+    max_documents_per_sample: int | None = None
 
     def __post_init__(self) -> None:
         value = to_enum(LongDocuments, self.long_documents, "sampling.long_documents")
         object.__setattr__(self, "long_documents", value)
+        if self.max_documents_per_sample is not None:
+            check_int(self.max_documents_per_sample, "sampling.max_documents_per_sample", 1)
 
 
 def check_packed_sampling(sampling: Any) -> None:
-    """Items never span two shards: ``cross_shard = false`` means nothing here."""
+    """Items never span two shards: ``cross_shard = false`` means nothing here; nor does a
+    cap of documents per sample in ``padded`` mode (one item per sample)."""
+    cap = sampling.max_documents_per_sample
+    if cap is not None and sampling.mode_name == "padded":
+        raise ConfigError(
+            f"sampling.max_documents_per_sample = {cap} has no meaning with mode = 'padded': "
+            "every sample holds one document (or piece of one); remove it, or use "
+            "mode = 'packed'"
+        )
     if not sampling.cross_shard:
         raise ConfigError(
             f"sampling.cross_shard = false has no meaning with mode = {sampling.mode_name!r}: "

@@ -12,7 +12,8 @@ the page cache, never copied into the process (mapped; process workers map the s
 The cache key (:func:`plan_description`) names every input of the plan: each token file (its
 path, bytes, tokens, dtype, and the listed version of it and of its index file: a remote
 object's ETag or generation, a local file's modification time, as the catalog records them),
-``seq_len``, the mode, ``long_documents``, the EOS that finds documents of index-less files,
+``seq_len``, the mode, ``long_documents``, ``max_documents_per_sample`` (only when set, so
+the keys of uncapped plans are unchanged), the EOS that finds documents of index-less files,
 the split's token range (with a split) and the packing rule
 (:data:`streamload.plan.packing.ALGORITHM`, group size). Seed and shuffle are not inputs: each
 epoch permutes the same samples. The folder is ``sampling.cache_dir``, else
@@ -146,7 +147,10 @@ def plan_description(
     config: DataConfig, catalog: SourceCatalog, span: tuple[int, int] | None = None
 ) -> dict[str, Any]:
     """Every input of a source's plan (its cache key): the files, seq_len, packing rule and,
-    with a split, the split's token range (only then: keys of unsplit plans are unchanged)."""
+    with a split, the split's token range (only then: keys of unsplit plans are unchanged);
+    likewise the cap of documents per sample, only when set."""
+    cap = config.sampling.max_documents_per_sample
+    capped = {} if cap is None else {"max_documents_per_sample": int(cap)}
     return {
         "kind": "packing-plan",
         "layout": LAYOUT,
@@ -155,17 +159,21 @@ def plan_description(
         "mode": config.sampling.mode_name,
         "seq_len": config.seq_len,
         "long_documents": config.sampling.long_documents.value,
+        **capped,
         **files_description(config, catalog),
     } | ({} if span is None else {"split_tokens": [int(span[0]), int(span[1])]})
 
 
-def build_plan_arrays(items: ItemPlan, mode: SamplingMode, seq_len: int) -> dict[str, np.ndarray]:
-    """The plan's arrays (sample order) from a source's items."""
+def build_plan_arrays(
+    items: ItemPlan, mode: SamplingMode, seq_len: int, max_items: int | None = None
+) -> dict[str, np.ndarray]:
+    """The plan's arrays (sample order) from a source's items (``max_items``: the most
+    items per packed sample, ``None``: no cap)."""
     samples: SamplePlan
     if mode is SamplingMode.PADDED:
         samples = pad_items(items.starts.size)
     else:
-        samples = pack_items(items.lengths, seq_len + 1)
+        samples = pack_items(items.lengths, seq_len + 1, max_items=max_items)
     order = samples.items
     width_type = np.uint16 if seq_len + 1 <= np.iinfo(np.uint16).max else np.int32
     lengths = items.lengths[order].astype(width_type)
@@ -206,7 +214,9 @@ def load_plan(
         )
         if items.starts.size == 0:
             raise ConfigError(f"source {catalog.config.name!r}: no document holds a token")
-        return build_plan_arrays(items, SamplingMode(config.sampling.mode_name), config.seq_len)
+        mode = SamplingMode(config.sampling.mode_name)
+        cap = config.sampling.max_documents_per_sample
+        return build_plan_arrays(items, mode, config.seq_len, cap)
 
     description = plan_description(config, catalog, span)
     return PackedPlan.from_arrays(*load_source_plan(config, catalog, description, build, PACKING))

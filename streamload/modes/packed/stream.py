@@ -84,7 +84,8 @@ class PackedStream(SourceStream):
 
     def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
         """The shared fingerprint plus what decides a sample's items: the packing
-        algorithm, ``long_documents``, ``pad_token_id`` and the EOS that finds documents."""
+        algorithm, ``long_documents``, ``pad_token_id``, the EOS that finds documents and
+        ``max_documents_per_sample`` (only when set: states saved without it are unchanged)."""
         out = super().fingerprint(cursor)
         out["packing"] = {
             "algorithm": ALGORITHM,  # a change of the rule re-keys states
@@ -93,4 +94,7 @@ class PackedStream(SourceStream):
             "pad_token_id": self.config.pad_token_id,
             "eos_token_id": self.config.eos_token_id,
         }
+        cap = self.config.sampling.max_documents_per_sample
+        if cap is not None:
+            out["packing"]["max_documents_per_sample"] = int(cap)
         return out
