@@ -31,8 +31,11 @@ SETTINGS = settings(max_examples=150, deadline=None, derandomize=True)
 capacities = st.sampled_from([1, 2, 3, 5, 63, 64, 65, 100, 4095, 4096, 4097, 70_000])
 
 
-def reference_pack(lengths: list[int], capacity: int, group_size: int) -> list[list[int]]:
-    """Best fit decreasing by its definition, one group at a time, O(items x bins)."""
+def reference_pack(
+    lengths: list[int], capacity: int, group_size: int, cap: int | None = None
+) -> list[list[int]]:
+    """Best fit decreasing by its definition, one group at a time, O(items x bins); with
+    ``cap`` a bin holding that many items takes no more, whatever its free space."""
     samples: list[list[int]] = []
     for first in range(0, len(lengths), group_size):
         ids = sorted(range(first, min(len(lengths), first + group_size)), key=lambda i: -lengths[i])
@@ -40,7 +43,11 @@ def reference_pack(lengths: list[int], capacity: int, group_size: int) -> list[l
         changed: list[int] = []  # step at which each bin's free space last changed
         members: list[list[int]] = []
         for step, item in enumerate(ids):
-            fits = [b for b in range(len(free)) if free[b] >= lengths[item]]
+            fits = [
+                b
+                for b in range(len(free))
+                if free[b] >= lengths[item] and (cap is None or len(members[b]) < cap)
+            ]
             if fits:
                 chosen = min(fits, key=lambda b: (free[b], changed[b]))
             else:

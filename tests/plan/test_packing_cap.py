@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamload.plan.packing import SamplePlan, pack_items
+from tests.plan.test_packing import reference_pack
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True)
 
@@ -20,30 +21,8 @@ capacities = st.sampled_from([1, 2, 3, 5, 63, 64, 65, 100, 4097])
 def reference_capped(
     lengths: list[int], capacity: int, group_size: int, cap: int
 ) -> list[list[int]]:
-    """Best fit decreasing by its definition, O(items x bins): a bin holding ``cap`` items
-    takes no more, whatever its free space."""
-    samples: list[list[int]] = []
-    for first in range(0, len(lengths), group_size):
-        ids = sorted(range(first, min(len(lengths), first + group_size)), key=lambda i: -lengths[i])
-        free: list[int] = []
-        changed: list[int] = []  # step at which each bin's free space last changed
-        members: list[list[int]] = []
-        for step, item in enumerate(ids):
-            fits = [
-                b for b in range(len(free)) if free[b] >= lengths[item] and len(members[b]) < cap
-            ]
-            if fits:
-                chosen = min(fits, key=lambda b: (free[b], changed[b]))
-            else:
-                chosen = len(free)
-                free.append(capacity)
-                changed.append(step)
-                members.append([])
-            free[chosen] -= lengths[item]
-            changed[chosen] = step
-            members[chosen].append(item)
-        samples += [sorted(m) for m in members]
-    return samples
+    """The reference best fit decreasing with a cap (tests/plan/test_packing.py's)."""
+    return reference_pack(lengths, capacity, group_size, cap)
 
 
 def samples_of(plan: SamplePlan) -> list[list[int]]:
