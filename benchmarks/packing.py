@@ -83,7 +83,7 @@ def build_row(docs: int, seq_len: int, repeats: int, python_max: int) -> dict[st
 
 
 def padding_rows(
-    docs: int, seq_len: int, group_sizes: list[int], obfd_max: int
+    docs: int, seq_len: int, group_sizes: list[int], obfd_max: int, caps: list[int] | None = None
 ) -> list[dict[str, Any]]:
     bounds = document_bounds(docs)
     items = document_items(bounds, seq_len, "split")
@@ -98,6 +98,9 @@ def padding_rows(
     for group in group_sizes:
         seconds, plan = timed(1, lambda: pack_items(lengths, capacity, group))  # noqa: B023
         cases.append((f"packed, groups of {group}", plan.num_samples, seconds))
+    for cap in caps or []:  # sampling.max_documents_per_sample (default groups)
+        seconds, plan = timed(1, lambda: pack_items(lengths, capacity, max_items=cap))  # noqa: B023
+        cases.append((f"packed, at most {cap} documents a sample", plan.num_samples, seconds))
     if lengths.size <= obfd_max:
         seconds, plan = timed(1, lambda: _pack_in_python(lengths, capacity, lengths.size))
         cases.append(("OBFD, whole epoch (Python loop)", plan.num_samples, seconds))
@@ -133,6 +136,9 @@ def main() -> None:
     parser.add_argument(
         "--python-max", type=int, default=20_000_000, help="most items for the Python loop"
     )
+    parser.add_argument(
+        "--caps", type=int_list, default=[], help="max_documents_per_sample values to pack with"
+    )
     args = parser.parse_args()
     if args.docs:
         emit_build(
@@ -145,7 +151,7 @@ def main() -> None:
                 row
                 for seq_len in args.seq_lens
                 for row in padding_rows(
-                    args.padding_docs, seq_len, args.group_sizes, args.python_max
+                    args.padding_docs, seq_len, args.group_sizes, args.python_max, args.caps
                 )
             ],
         )
