@@ -32,14 +32,15 @@ def check_chat_options(
     messages_field: Any, chat_template: Any, train_on: Any, where: str
 ) -> TrainOn:
     """Check the chat options of ``where`` (a tokenize config or a source); ``train_on`` as
-    a :class:`TrainOn`.
+    a :class:`TrainOn` (``None``: the default, ``assistant``).
 
     Raises:
         ConfigError: a field name or template path that is not a non-empty string, an
             unknown ``train_on``, or ``chat_template`` / ``train_on`` set without
             ``messages_field``.
     """
-    trained = to_enum(TrainOn, train_on, f"{where}train_on")
+    default = TrainOn.ASSISTANT if train_on is None else train_on
+    trained = to_enum(TrainOn, default, f"{where}train_on")
     if chat_template is not None:
         check_path(chat_template, f"{where}chat_template")
     if messages_field is not None:

@@ -53,6 +53,7 @@ from streamload.formats.encoder import DocumentEncoder
 __all__ = [
     "ChatRenderer",
     "ChatTemplate",
+    "check_train_on",
     "encode_chat",
     "generation_mask",
     "load_chat_template",
@@ -196,6 +197,25 @@ def parse_messages(value: Any) -> list[dict[str, Any]]:
     return messages
 
 
+def check_train_on(template: ChatTemplate, train_on: TrainOn | str) -> TrainOn:
+    """``train_on`` as a :class:`~streamload.config.chat.TrainOn`, checked against the
+    template (no ``jinja2`` needed).
+
+    Raises:
+        ConfigError: ``assistant`` or ``last`` with a template without ``{% generation %}``.
+    """
+    trained = TrainOn(train_on)
+    if trained is not TrainOn.ALL and not template.marks_generation:
+        raise ConfigError(
+            f"chat template {template.origin} has no {{% generation %}} block, so the "
+            f'assistant\'s tokens cannot be told from the prompt; train_on = "{trained.value}" '
+            "needs a template that marks them (a training template such as TRL's "
+            "*_training.jinja, given with --chat-template / chat_template), or use "
+            'train_on = "all"'
+        )
+    return trained
+
+
 class ChatRenderer:
     """Renders documents' messages with a template: the text and its trained spans.
 
@@ -212,15 +232,7 @@ class ChatRenderer:
     def __init__(self, template: ChatTemplate, messages_field: str, train_on: TrainOn) -> None:
         self.template = template
         self.messages_field = messages_field
-        self.train_on = TrainOn(train_on)
-        if self.train_on is not TrainOn.ALL and not template.marks_generation:
-            raise ConfigError(
-                f"chat template {template.origin} has no {{% generation %}} block, so the "
-                f"assistant's tokens cannot be told from the prompt; train_on = \""
-                f'{self.train_on.value}" needs a template that marks them (a training '
-                "template such as TRL's *_training.jinja, given with --chat-template), or "
-                'use train_on = "all"'
-            )
+        self.train_on = check_train_on(template, train_on)
         try:
             from streamload.tokenize import _jinja
         except ImportError as exc:
