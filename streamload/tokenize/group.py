@@ -63,6 +63,14 @@ def chat_renderer(
     return ChatRenderer(load_chat_template(tokenizer, template), field, train_on)
 
 
+def _chat_of(cfg: TokenizeConfig) -> ChatRenderer | None:
+    """The run's chat renderer (``None``: documents are texts)."""
+    if cfg.messages_field is None:
+        return None
+    sha = load_chat_template(cfg.tokenizer, cfg.chat_template).sha256
+    return chat_renderer(cfg.tokenizer, cfg.chat_template, cfg.messages_field, cfg.train_on, sha)
+
+
 def run_group(
     job: GroupJob, tokenizer_sha256: str, progress: ProgressFn | None = None
 ) -> dict[str, Any]:
@@ -79,12 +87,7 @@ def run_group(
     cfg = job.config
     segment = cfg.segment_before_tokenization
     encoder = _encoder(cfg.tokenizer, cfg.bos_token_id, cfg.eos_token_id, segment, tokenizer_sha256)
-    chat = None
-    if cfg.messages_field is not None:
-        found = load_chat_template(cfg.tokenizer, cfg.chat_template)
-        chat = chat_renderer(
-            cfg.tokenizer, cfg.chat_template, cfg.messages_field, cfg.train_on, found.sha256
-        )
+    chat = _chat_of(cfg)
     record = RunRecord(cfg.destination, cfg.work_dir_output)
     staging = record.staging(job.index)
     readers: list[DocumentReader] = []

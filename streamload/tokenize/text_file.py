@@ -139,6 +139,7 @@ def _encode_into(
     encoder: DocumentEncoder, batch: list[Any], writer: PartWriter, progress: ProgressFn | None
 ) -> int:
     texts = [doc.text for doc in batch]
+    masks: list[np.ndarray] | list[None]
     if writer.masks:  # conversations: their masks from the template's trained blocks
         encoded, masks = encode_chat(encoder, texts, [doc.trained for doc in batch])
     else:

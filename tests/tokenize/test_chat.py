@@ -271,3 +271,15 @@ def test_generation_mask_follows_transformers_pass() -> None:
     # offsets out of order: the token-by-token pass gives the same rule
     shuffled = [(5, 9), (0, 2), (9, 12)]
     assert generation_mask(shuffled, ((6, 10),)).astype(int).tolist() == [1, 0, 1]
+
+
+def test_without_jinja2_rendering_is_refused_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "jinja2", None)  # import jinja2 raises ImportError
+    monkeypatch.delitem(sys.modules, "streamload.tokenize._jinja", raising=False)
+    monkeypatch.delattr(sys.modules["streamload.tokenize"], "_jinja", raising=False)
+    with pytest.raises(ConfigError, match=r"needs jinja2.*streamload\[chat\]"):
+        ChatRenderer(load_chat_template(tokenizer_of("chatml")), "messages", TrainOn.ASSISTANT)
