@@ -86,8 +86,14 @@ def cache_documents(config: dict[str, Any]) -> list[tuple[list[int], list[int]]]
     """Every cached conversation's tokens and mask, read from the parts of the cache folder
     of ``config``'s source."""
     folder = Path(text_cache(SourceConfig(**config["sources"][0])).folder)
+    markers = [json.loads(p.read_text()) for p in folder.glob("*.json") if "input" in p.read_text()]
+    parts = [
+        folder / name
+        for m in sorted(markers, key=lambda m: m["input"]["url"])
+        for name in m["parts"]
+    ]
     out = []
-    for part in sorted(folder.glob("*.bin")):
+    for part in parts:  # in input order (a part's name is its input's hash)
         tokens = np.fromfile(part, dtype=np.uint16)
         mask = np.fromfile(str(part) + ".loss", dtype=np.uint8)
         index, _ = read_index(str(part)[: -len(".bin")] + ".idx", part.stat().st_size)
@@ -204,3 +210,25 @@ def test_a_chat_source_needs_no_bos_or_eos_and_prints_back() -> None:
     assert source.train_on is not None and source.train_on.value == "assistant"
     plain = SourceConfig(name="c", path="x", tokenizer="t.json", eos_token_id=0)
     assert plain.train_on is None  # an ordinary text source prints as before
+
+
+def test_a_parquet_messages_column_is_read_like_json_lines(corpus: Path, tmp_path: Path) -> None:
+    """A list-of-structs column (a key one message lacks reads as null there: dropped, as
+    transformers drops null keys) caches the same tokens and masks as the JSON lines."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    convs = conversations(40)
+    convs[0][0]["name"] = "sys"  # every other message gets name = null in the struct column
+    (tmp_path / "in").mkdir()
+    rows = [{"messages": m} for m in convs]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "in" / "chats.parquet")
+    (tmp_path / "json").mkdir()
+    lines = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "json" / "chats.jsonl").write_text(lines)
+    table = chat_config(tmp_path, "padded", 128)
+    batches(table, count=1)
+    text = chat_config(tmp_path, "padded", 128)
+    text["sources"][0].update(path=str(tmp_path / "json"), cache_dir=str(tmp_path / "cache-json"))
+    batches(text, count=1)
+    assert cache_documents(table) == cache_documents(text)
+    assert len(cache_documents(table)) == 40
