@@ -324,7 +324,7 @@ class SourceConfig:
         if self.label_masks != "auto":
             raise ConfigError(
                 f"{where}: label_masks = {show(self.label_masks)} does not apply to a text "
-                "source (its token files are written by streamload, without masks)"
+                "source (its token files and masks, with messages_field, are written by streamload)"
             )
         if self.cache_dir is not None:
             check_path(self.cache_dir, f"{where}: cache_dir")
