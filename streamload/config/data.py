@@ -314,7 +314,7 @@ def _source_from_dict(data: Any, index: int, base_dir: str | None) -> SourceConf
         data["path"] = tuple(_resolve(p, base_dir) for p in path)
     elif isinstance(path, str):
         data["path"] = _resolve(path, base_dir)
-    for key in ("tokenizer", "cache_dir"):
+    for key in ("tokenizer", "cache_dir", "chat_template"):
         if key in data:
             data[key] = _resolve(data[key], base_dir)
     return SourceConfig(**data)
