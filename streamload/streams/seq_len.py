@@ -23,9 +23,7 @@ from streamload.streams.cursor import StreamCursor
 __all__ = ["batches_to_switch", "cut_chunk", "cut_plan", "schedule_step"]
 
 
-def schedule_step(
-    schedule: SeqLenSchedule, cursor: StreamCursor, pass_length: int | None
-) -> int:
+def schedule_step(schedule: SeqLenSchedule, cursor: StreamCursor, pass_length: int | None) -> int:
     """The optimizer step (from 0 over the whole run) that the cursor's next sample is in:
     each earlier pass delivered ``pass_length // global_batch_size`` whole steps (an endless
     stream has one pass)."""
