@@ -20,8 +20,15 @@ from hypothesis import strategies as st
 from torchdata.nodes import Loader
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from streamload import LoaderOptions, RankSpec, SampleStream, StreamDataset, StreamLoader
-from streamload import build_loader, load_config
+from streamload import (
+    LoaderOptions,
+    RankSpec,
+    SampleStream,
+    StreamDataset,
+    StreamLoader,
+    build_loader,
+    load_config,
+)
 from streamload.nodes import build_chain
 from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
 from tests.helpers.corpus import Corpus, write_shards
@@ -119,7 +126,7 @@ def assert_masks_follow_positions(batch: dict[str, torch.Tensor]) -> None:
         bounds = starts + [length] * (length + 1 - len(starts))
         assert batch["cu_seqlens"][row].tolist() == bounds
         assert int(batch["max_seqlen"][row]) == max(
-            b - a for a, b in zip(starts, starts[1:] + [length], strict=True)
+            b - a for a, b in zip(starts, [*starts[1:], length], strict=True)
         )
 
 

@@ -77,8 +77,7 @@ def cut_chunk(chunk: TokenChunk, length: int) -> TokenChunk:
         >>> cut_chunk(chunk, 2).tokens.tolist()
         [[0, 1, 2], [2, 3, 4]]
     """
-    n, width = chunk.tokens.shape
-    rows = (width - 1) // length
+    rows = (chunk.tokens.shape[1] - 1) // length
     offsets = np.arange(rows, dtype=np.int64) * length
     lengths = None
     if chunk.lengths is not None:
