@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from streamload.config.checks import check_int
 from streamload.config.modes import mode_plugin
 from streamload.errors import ConfigError
-from streamload.plan.seq_len import SeqLenSchedule, warmup_phases
 
 if TYPE_CHECKING:
     from streamload.config.data import DataConfig
+    from streamload.plan.seq_len import SeqLenSchedule
 
 __all__ = [
     "SeqLenPhaseConfig",
@@ -85,6 +85,8 @@ def seq_len_tables(
 
 def seq_len_schedule(config: DataConfig) -> SeqLenSchedule | None:
     """The config's schedule (``None``: none set; every step at ``seq_len``)."""
+    from streamload.plan.seq_len import SeqLenSchedule, warmup_phases  # numpy: on use
+
     warmup = config.seq_len_warmup
     if warmup is not None:
         phases = warmup_phases(warmup.start_seq_len, config.seq_len, warmup.steps)
