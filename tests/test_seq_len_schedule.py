@@ -30,6 +30,7 @@ from streamload import (
     load_config,
 )
 from streamload.nodes import build_chain
+from streamload.nodes.materialize import Materialize
 from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
 from tests.helpers.corpus import Corpus, write_shards
 
@@ -232,3 +233,21 @@ def test_loader_with_thread_workers_equals_the_loader_without(warm: dict[str, An
         build_loader(warm, batch_size=2, world_size=2, rank=1, num_workers=2, options=threads)
     )
     assert_batches_equal(plain, got)
+
+
+@pytest.mark.parametrize("options", [{"masks": True}, {"masks": False, "compact": True}])
+def test_a_cut_chunk_fits_the_workers_slot(tmp_path: Path, options: dict[str, Any]) -> None:
+    """Process workers hand a chunk through a shared-memory slot sized per batch: the
+    shortest rows (16 per window) still fit, so no chunk falls back to pickling."""
+    corpus = write_shards(tmp_path, [1200])
+    phases = [{"start_step": 0, "seq_len": 1}, {"start_step": 3, "seq_len": 16}]
+    cfg = corpus.config(16, global_batch_size=16, packing=options, seq_len_schedule=phases)
+    stream = SampleStream.from_config(load_config(cfg))
+    opts = LoaderOptions(worker_type="process", chunk_batches=3)  # steps 0-2: length 1
+    chain = build_chain(stream, RankSpec(0, 1, 16), num_workers=1, options=opts)
+    assert chain.workers is not None
+    planned = stream.plan_chunk(stream.start(), 3, 16, 1, 0)
+    assert planned is not None and planned[0].row_length == 1
+    out = Materialize(stream, count_skipped=True)(planned[0])
+    used = sum(-(-t.numel() * t.element_size() // 64) * 64 for t in out.values())
+    assert used <= chain.workers.slot_bytes

@@ -96,7 +96,10 @@ class SourceStream:
             num_samples=config.sampling.num_samples,
         )
         self.ended_by: str | None = None
-        self.seq_schedule = seq_len_schedule(config)
+        self.seq_schedule = schedule = seq_len_schedule(config)
+        if schedule is not None:  # a window becomes up to this many rows (sizes worker slots)
+            cut = max(self.seq_len // length for _, length in schedule.phases)
+            self.layout = replace(self.layout, rows_per_sample=max(cut, 1))
 
     @classmethod
     def from_config(cls: type[_Stream], config: DataConfig) -> _Stream:
