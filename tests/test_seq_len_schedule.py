@@ -33,6 +33,7 @@ from streamload.nodes import build_chain
 from streamload.nodes.materialize import Materialize
 from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
 from tests.helpers.corpus import Corpus, write_shards
+from tests.test_mixture_loader import SCHEDULE, SIZES, WEIGHTS, mixture, write_sources
 
 SETTINGS = settings(max_examples=20, deadline=None)
 
@@ -251,3 +252,40 @@ def test_a_cut_chunk_fits_the_workers_slot(tmp_path: Path, options: dict[str, An
     out = Materialize(stream, count_skipped=True)(planned[0])
     used = sum(-(-t.numel() * t.element_size() // 64) * 64 for t in out.values())
     assert used <= chain.workers.slot_bytes
+
+
+def other_modes(root: Path) -> dict[str, dict[str, Any]]:
+    """A weighted mixture with a weight schedule (num_samples: passes of 96 windows), and a
+    packed config with masks, each with a warm-up of 2, 4, 8 over 4 steps of 4 windows."""
+    paths = write_sources(root / "mix", SIZES)
+    docs = write_shards(root / "docs", [300, 200])
+    warmup = {"start_seq_len": 2, "steps": 4}
+    return {
+        "mixture": mixture(
+            paths, WEIGHTS, SCHEDULE, big=4, sampling={"num_samples": 96}, seq_len_warmup=warmup
+        ),
+        "packed": docs.config(
+            8,
+            seed=1,
+            pad_token_id=1,
+            global_batch_size=4,
+            sampling={"mode": "packed"},
+            packing={"masks": True},
+            seq_len_warmup=warmup,
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", ["mixture", "packed"])
+def test_mixtures_and_packed_samples_are_cut_and_resume(tmp_path: Path, case: str) -> None:
+    cfg = other_modes(tmp_path)[case]
+    plain = {k: v for k, v in cfg.items() if k != "seq_len_warmup"}
+    lengths = [2, 2, 4, 4, 8]  # OLMo-core's rule over 4 steps: doubles at steps 2 and 4
+    plain_loaders, cut_loaders = loaders(plain, 2, 2), loaders(cfg, 2, 2)
+    for pass_index in range(2):  # the warm-up is once per run: the second pass runs at 8
+        want = collect_global_batches(plain_loaders)
+        got = collect_global_batches(cut_loaders)
+        assert len(got) == len(want) >= 5
+        for k, (w, g) in enumerate(zip(want, got, strict=True)):
+            assert_cut(w, g, lengths[k] if pass_index == 0 and k < len(lengths) else 8)
+    assert_resumes_exactly(lambda: loaders(cfg, 2, 2, 2)[1], passes=2)
