@@ -8,6 +8,7 @@ resumed run delivers exactly the uninterrupted run's batches.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import warnings
 from pathlib import Path
@@ -33,6 +34,7 @@ from streamload.nodes import build_chain
 from streamload.nodes.materialize import Materialize
 from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
 from tests.helpers.corpus import Corpus, write_shards
+from tests.helpers.elastic import assert_resumes_on_world
 from tests.test_mixture_loader import SCHEDULE, SIZES, WEIGHTS, mixture, write_sources
 
 SETTINGS = settings(max_examples=20, deadline=None)
@@ -172,21 +174,15 @@ def test_resumes_exactly_at_a_random_save_point(s: dict[str, Any], data: st.Data
 def test_resumes_on_another_world_size(s: dict[str, Any], data: st.DataObject) -> None:
     big = s["world"] * s["b"]
     other = data.draw(st.sampled_from([w for w in range(1, 5) if big % w == 0]), label="world")
+    accum = s["accum"]  # a state inside an optimizer step resumes at the same step size only
+
+    def pick(batches: int) -> int:
+        return accum * data.draw(st.integers(0, batches // accum), label="step")
+
     with tempfile.TemporaryDirectory() as tmp:
-        corpus = write_shards(Path(tmp), s["sizes"])
-        cfg = config(corpus, s)
-        single = loaders(cfg, 1, big)
-        reference, next_pass = collect_global_batches(single), collect_global_batches(single)
-        # a state inside an optimizer step resumes at the same step size only
-        step = s["accum"] * data.draw(st.integers(0, len(reference) // s["accum"]), label="step")
-        saved = loaders(cfg, s["world"], s["b"])
-        assert_batches_equal(reference[:step], collect_global_batches(saved, steps=step))
-        state = saved[-1].state_dict()
-        resumed = loaders(cfg, other, big // other, 1 + s["b"] % 3)
-        for loader in resumed:
-            loader.load_state_dict(state)
-        expected = reference[step:] if step < len(reference) else next_pass
-        assert_batches_equal(expected, collect_global_batches(resumed))
+        cfg = config(write_shards(Path(tmp), s["sizes"]), s)
+        saved, resumed = (s["world"], s["b"], 3), (other, big // other, 1 + s["b"] % 3)
+        assert_resumes_on_world(functools.partial(loaders, cfg), saved, resumed, pick)
 
 
 @pytest.fixture(scope="module")
