@@ -9,6 +9,7 @@ resumed run delivers exactly the uninterrupted run's batches.
 from __future__ import annotations
 
 import functools
+import json
 import tempfile
 import warnings
 from pathlib import Path
@@ -35,6 +36,7 @@ from streamload.nodes.materialize import Materialize
 from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
 from tests.helpers.corpus import Corpus, write_shards
 from tests.helpers.elastic import assert_resumes_on_world
+from tests.test_distributed import GLOBAL_BATCH, SAVE_AFTER, gather_files, launch
 from tests.test_mixture_loader import SCHEDULE, SIZES, WEIGHTS, mixture, write_sources
 
 SETTINGS = settings(max_examples=20, deadline=None)
@@ -286,3 +288,24 @@ def test_mixtures_and_packed_samples_are_cut_and_resume(tmp_path: Path, case: st
         for k, (w, g) in enumerate(zip(want, got, strict=True)):
             assert_cut(w, g, lengths[k] if pass_index == 0 and k < len(lengths) else 8)
     assert_resumes_exactly(lambda: loaders(cfg, 2, 2, 2)[1], passes=2)
+
+
+@pytest.mark.slow
+def test_real_ranks_save_on_four_across_a_switch_and_resume_on_two(tmp_path: Path) -> None:
+    """torch.distributed (gloo) ranks of ``tests/test_distributed.py``'s worker: 4 save after
+    4 steps (lengths 2, 2, 2, 4), 2 finish the pass (4, 4, then 8)."""
+    corpus = write_shards(tmp_path / "data", [300, 200, 260])
+    phases = [{"start_step": 0, "seq_len": 2}, {"start_step": 3, "seq_len": 4}]
+    cfg = corpus.config(8, seed=99, global_batch_size=GLOBAL_BATCH, packing={"masks": True})
+    config = tmp_path / "data.json"
+    config.write_text(
+        json.dumps({**cfg, "seq_len_schedule": [*phases, {"start_step": 6, "seq_len": 8}]})
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = collect_global_batches([build_loader(config, batch_size=GLOBAL_BATCH)])
+    assert [b["input_ids"].shape[1] for b in reference[:7]] == [2, 2, 2, 4, 4, 4, 8]
+    launch("save", 4, config, tmp_path)
+    assert_batches_equal(reference[:SAVE_AFTER], gather_files(tmp_path, "save", 4), "4 ranks")
+    launch("resume", 2, config, tmp_path)
+    assert_batches_equal(reference[SAVE_AFTER:], gather_files(tmp_path, "resume", 2), "2 ranks")
