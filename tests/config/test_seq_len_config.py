@@ -144,3 +144,15 @@ def test_plan_prints_the_schedule(
     report = json.loads(capsys.readouterr().out)
     assert [p["seq_len"] for p in report["seq_len_schedule"]] == [2, 4, 8]
     assert load_config(path).seq_len_warmup is not None
+
+
+def test_show_attributes_cut_rows_to_their_ranks(
+    base: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "warm.json"
+    path.write_text(json.dumps({**base, "seq_len_schedule": PHASES}))
+    assert main(["show", str(path), "--step", "2", "--world-size", "2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["samples"]
+    assert [r["rank"] for r in rows] == [0] * 8 + [1] * 8  # 2 windows of 4 rows per rank
+    assert [r["row"] for r in rows] == list(range(8)) * 2
+    assert [r["sample_index"] for r in rows] == [8] * 4 + [9] * 4 + [10] * 4 + [11] * 4
