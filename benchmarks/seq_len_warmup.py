@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import Any
 
 from _common import Column, add_common_args, bench_config, emit, ensure_corpus, int_list, median
-from throughput import touch
+from throughput import timed_batches
 
 import streamload
 
@@ -40,14 +39,8 @@ def measure(config: Any, args: argparse.Namespace) -> float:
     warmup = int(args.warmup_tokens // batch_tokens)
     measured = int(args.tokens // batch_tokens)
     loader = streamload.build_loader(config, batch_size=args.batch_size)
-    batches = iter(loader)
     try:
-        for _ in range(warmup):
-            next(batches)
-        start = time.perf_counter()
-        for _ in range(measured):
-            touch(next(batches))
-        elapsed = time.perf_counter() - start
+        elapsed = timed_batches(iter(loader), warmup, measured)
     finally:
         loader.close()
     return measured * batch_tokens / elapsed
