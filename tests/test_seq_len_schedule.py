@@ -205,6 +205,13 @@ def warm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
 
 
+@pytest.mark.parametrize("accum", [1, 2])
+def test_stream_loader_resumes_at_every_batch(warm: dict[str, Any], accum: int) -> None:
+    """Every save point of two passes, before, at and after each switch, inside steps too."""
+    cfg = {**warm, "grad_accum_steps": accum}
+    assert_resumes_exactly(lambda: loaders(cfg, 2, 2 // accum, 4)[1], passes=2)
+
+
 def test_stream_dataset_under_stateful_dataloader_resumes_exactly(warm: dict[str, Any]) -> None:
     stream = SampleStream.from_config(load_config(warm))
 
