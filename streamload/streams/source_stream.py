@@ -29,6 +29,7 @@ import numpy as np
 
 from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
+from streamload.config.seq_len import seq_len_schedule
 from streamload.plan.mixture import (
     ALLOCATION,
     MixtureCursor,
@@ -46,6 +47,7 @@ from streamload.plan.partition import (
 )
 from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
+from streamload.plan.seq_len import CUT, SeqLenSchedule
 from streamload.plan.split import split_matrix
 from streamload.streams.chunks import (
     ChunkPlan,
@@ -54,6 +56,7 @@ from streamload.streams.chunks import (
 )
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.layout import BatchLayout
+from streamload.streams.seq_len import batches_to_switch, schedule_step
 from streamload.streams.token_source import TokenSource
 
 __all__ = ["SourceStream", "mixture_phases"]
@@ -74,6 +77,8 @@ class SourceStream:
     """How one source's local sample ``j`` becomes tokens (a mode sets its own)."""
     layout: BatchLayout = BatchLayout()
     """What the mode's batches hold beyond the common layout (a mode sets its own)."""
+    seq_schedule: SeqLenSchedule | None = None
+    """Row lengths by step (``[[seq_len_schedule]]``; ``None``: every row a window)."""
 
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
@@ -91,6 +96,10 @@ class SourceStream:
             num_samples=config.sampling.num_samples,
         )
         self.ended_by: str | None = None
+        self.seq_schedule = schedule = seq_len_schedule(config)
+        if schedule is not None:  # a window becomes up to this many rows (sizes worker slots)
+            cut = max(self.seq_len // length for _, length in schedule.phases)
+            self.layout = replace(self.layout, rows_per_sample=max(cut, 1))
 
     @classmethod
     def from_config(cls: type[_Stream], config: DataConfig) -> _Stream:
@@ -159,7 +168,23 @@ class SourceStream:
     def plan_chunk(
         self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
     ) -> tuple[ChunkPlan, StreamCursor] | None:
-        """Up to ``max_batches`` batches of ``rank`` from ``cursor``; ``None`` once it ended."""
+        """Up to ``max_batches`` batches of ``rank`` from ``cursor``; ``None`` once it ended.
+        Under a sequence-length schedule a chunk stops before a change of length and its plan
+        carries its steps' length (:mod:`streamload.streams.seq_len`)."""
+        schedule = self.seq_schedule
+        if schedule is None:
+            return self._plan_windows(cursor, max_batches, global_batch, world_size, rank)
+        step, until = batches_to_switch(schedule, cursor, self.pass_length, global_batch)
+        count = max_batches if until is None else min(max_batches, until)
+        planned = self._plan_windows(cursor, count, global_batch, world_size, rank)
+        length = schedule.length_at(step)
+        if planned is None or length == self.seq_len:
+            return planned
+        return replace(planned[0], row_length=length), planned[1]
+
+    def _plan_windows(
+        self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
+    ) -> tuple[ChunkPlan, StreamCursor] | None:
         left = self.batches_left(cursor, global_batch)
         count = max_batches if left is None else min(max_batches, left)
         if count == 0:
@@ -344,6 +369,15 @@ class SourceStream:
             started = self.phases[: phase_at(self.phases, max(last, 0)) + 1]
             out["schedule"] = [[p.start_step, list(p.weights)] for p in started]
             out["mixture_rule"] = ALLOCATION  # exact ties (issue 36): older states refused
+        schedule = self.seq_schedule
+        if schedule is not None:  # only when set; its phases begun by the cursor, as above
+            step = 0 if cursor is None else schedule_step(schedule, cursor, self.pass_length)
+            inside = cursor is not None and cursor.sample % schedule.global_batch
+            out["seq_len_schedule"] = {
+                "cut": CUT,
+                "global_batch_size": schedule.global_batch,  # step k's windows
+                "phases": schedule.started(step if inside else max(step - 1, 0)),
+            }
         return out
 
 

@@ -62,7 +62,7 @@ _SHARED: dict[str, Any] = {
     "plan_report": _plan_report,
     "plan_lines": _plan_lines,
 }
-PACKED = ModeSpec(name="packed", **_SHARED)
+PACKED = ModeSpec(name="packed", cuts_rows=True, **_SHARED)
 """The packed mode's plug-in."""
 PADDED = ModeSpec(name="padded", **_SHARED)
 """The padded mode's plug-in (one item per sample)."""
