@@ -21,6 +21,9 @@ keeps the last ones, as windows are read in runs) and checks each length against
 A source may instead name its tokenizing in the config (``tokenizer``, ``bos_token_id``,
 ``eos_token_id``, ``text_field``): then ``describe`` prepares each file whose record is
 missing, stale, or made with other settings, and the configured tokenizer is the one used.
+
+A file with no record, read without a tokenizer, is JSONL rows of token ids (``input_ids``,
+with their loss mask: ``labels``, ``assistant_masks``...): :mod:`.rows`.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from streamload.formats.jsonl.index import (
     default_index_path,
     read_raw_index,
 )
+from streamload.formats.jsonl.rows import ROWS_KIND, JsonlRowsShard, NoTokenField, describe_rows
 from streamload.util.files import atomic_output
 
 __all__ = ["FORMAT", "JsonlFormat", "JsonlShard", "prepare_jsonl", "record_path"]
@@ -214,16 +218,27 @@ def _prepare_if_stale(path: str, file: ListedFile, spec: TokenizerSpec) -> None:
 
 
 class JsonlFormat:
-    """``.jsonl`` files with a ``.tok.json`` record beside them."""
+    """``.jsonl`` files with a ``.tok.json`` record beside them, or rows of token ids."""
 
     name = "jsonl"
     has_documents = True
 
     def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
-        return path.endswith(".jsonl") and record_path(path).name in siblings
+        if not path.endswith(".jsonl"):
+            return False
+        return record_path(path).name in siblings or head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{"
 
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
         path = local_path(file.path)
+        if options.tokenizer is None and (path is None or not record_path(path).exists()):
+            try:
+                return describe_rows(fs, file, path, options)
+            except NoTokenField as exc:  # text lines: the record that tokenizes them is missing
+                raise FormatError(
+                    f"{exc}; read as text, its tokenization record {record_path(file.path)} is "
+                    "missing: prepare the file with: streamload tokenize --format jsonl "
+                    "--documents FILE --tokenizer TOK.json --eos-token-id ID"
+                ) from exc
         if path is None:
             raise FormatError(f"{file.path}: jsonl sources are read from local files only")
         if options.tokenizer is not None:
@@ -255,7 +270,9 @@ class JsonlFormat:
             int(lengths.sum()), index, meta,
         )  # fmt: skip
 
-    def open(self, info: ShardInfo) -> JsonlShard:
+    def open(self, info: ShardInfo) -> JsonlShard | JsonlRowsShard:
+        if info.meta.get("kind") == ROWS_KIND:
+            return JsonlRowsShard(info)
         return JsonlShard(info)
 
 
