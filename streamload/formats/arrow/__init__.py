@@ -12,9 +12,11 @@
 
 The package re-exports the names of :mod:`streamload.formats.arrow.arrow`: that module was
 ``streamload.formats.arrow`` before the formats were grouped by family, and imports of the old
-path keep working.
+path keep working; and the row metadata readers of ``_metadata``, which JSONL rows of token
+ids (:mod:`streamload.formats.jsonl.rows`) share.
 """
 
+from streamload.formats.arrow._metadata import metadata_columns, row_metadata
 from streamload.formats.arrow.arrow import (
     ARROW_FILE_MAGIC,
     FORMAT,
@@ -29,4 +31,6 @@ __all__ = [
     "STREAM_CONTINUATION",
     "ArrowFormat",
     "ArrowShard",
+    "metadata_columns",
+    "row_metadata",
 ]

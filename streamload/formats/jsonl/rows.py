@@ -11,9 +11,10 @@ same names and in the same order as a table's columns
 unless a masked copy of ``input_ids``), TRL's ``assistant_masks``, ``completion_mask``
 (1 = trained); ``mask_column`` names another.
 
-The file is parsed whole by ``pyarrow.json`` (C++, several hundred MB/s) into one table when
-it is described and again when it is opened (once per process, kept for the token and the
-mask shard): its token column is then read exactly as an Arrow file's
+The file is parsed whole by ``pyarrow.json`` into one table when it is described (the
+catalog caches the description) and again when it is opened (once per process, kept for the
+token and the mask shard; ~1.3 M tokens/s a parse on a loaded 2-core machine,
+``benchmarks/jsonl_rows.py``): its token column is then read exactly as an Arrow file's
 (:mod:`streamload.formats.arrow.columns`, :mod:`streamload.formats.arrow.masks`). Token ids
 are kept as ``uint32`` (``dtype`` may name another): a file is held in memory, 4 bytes a
 token, so datasets of many GB are better converted to Parquet first (docs/formats.md). Blank
@@ -34,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats.arrow._metadata import metadata_columns, row_metadata
+from streamload.formats.arrow import metadata_columns, row_metadata
 from streamload.formats.arrow.columns import (
     column_name,
     import_pyarrow,
