@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 from _common import add_common_args, emit, median
 
+from streamload.formats.arrow import jsonl_rows
+from streamload.formats.arrow.jsonl_rows import JsonlRowsShard, describe_rows
 from streamload.formats.base import ListedFile, ReadOptions
-from streamload.formats.jsonl import rows as jsonl_rows
-from streamload.formats.jsonl.rows import JsonlRowsShard, describe_rows
 from streamload.formats.loss_mask import mask_shard
 
 

@@ -48,7 +48,7 @@ __all__ = ["attach_masks"]
 
 _TABLE_FORMATS = ("arrow", "parquet", "jsonl")
 """Formats whose shards may hold their loss mask as a column (``mask_column``; a JSONL
-file's rows of token ids, :mod:`streamload.formats.jsonl.rows`, not its text)."""
+file's rows of token ids, :mod:`streamload.formats.arrow.jsonl_rows`, not its text)."""
 
 
 def attach_masks(

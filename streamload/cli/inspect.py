@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         "dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
         "num_documents": None if None in counts else sum(counts),  # type: ignore[arg-type]
         "num_tokens": catalog.num_tokens,
-        "trained_tokens": sum(s["trained_tokens"] for s in shards),
+        "trained_tokens": sum(int(s["trained_tokens"] or 0) for s in shards),
         "shards": shards,
     }
     if args.json:
@@ -185,7 +185,7 @@ def _print_document_note(unindexed: list[str], eos: int | None) -> None:
 def _print_table(report: dict[str, Any], histogram: list[tuple[int, int, int]]) -> None:
     total, trained = report["num_tokens"], report["trained_tokens"]
     share = f", {trained:,} trained ({100.0 * trained / total:.2f} %)" if total else ""
-    masked = any(s["loss_mask"] for s in report["shards"])  # else every token is trained
+    masked = any(s["loss_mask"] is not None for s in report["shards"])  # else every token is trained
     print(
         f"format {report['format']}, dtype {report['dtype']}, {total:,} tokens, "
         f"{report['num_documents'] if report['num_documents'] is not None else '?'} documents"

@@ -145,10 +145,10 @@ def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) ->
     if long_documents == "truncate":
         return ItemPlan(starts, lengths, documents, long, sizes[long] - window)
     if long_documents == "drop" and long.size:
-        kept = sizes <= window
+        fits = sizes <= window
         dropped = int(sizes[long].sum())
         return ItemPlan(
-            starts[kept], lengths[kept], documents,
+            starts[fits], lengths[fits], documents,
             dropped_documents=int(long.size), dropped_tokens=dropped,
         )  # fmt: skip
     if long.size:

@@ -132,7 +132,7 @@ def untrained_tokens(sample: dict[str, Any]) -> list[bool] | None:
     labels = sample["labels"]
     if sample["skipped"]:
         return None
-    expected = set()  # label positions boundaries and padding mask anyway
+    expected: set[int] = set()  # label positions boundaries and padding mask anyway
     for doc in sample["documents"]:
         if doc["kind"] == "padding":
             expected.update(range(max(doc["start"] - 1, 0), len(labels)))

@@ -23,7 +23,9 @@ A source may instead name its tokenizing in the config (``tokenizer``, ``bos_tok
 missing, stale, or made with other settings, and the configured tokenizer is the one used.
 
 A file with no record, read without a tokenizer, is JSONL rows of token ids (``input_ids``,
-with their loss mask: ``labels``, ``assistant_masks``...): :mod:`.rows`.
+with their loss mask: ``labels``, ``assistant_masks``...), read by the Arrow family's
+pyarrow table reader (:mod:`streamload.formats.arrow.jsonl_rows`), which this format finds
+by name in the registry (families never import each other).
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ from streamload.formats.jsonl.index import (
     default_index_path,
     read_raw_index,
 )
-from streamload.formats.jsonl.rows import ROWS_KIND, JsonlRowsShard, NoTokenField, describe_rows
 from streamload.util.files import atomic_output
 
 __all__ = ["FORMAT", "JsonlFormat", "JsonlShard", "prepare_jsonl", "record_path"]
@@ -231,14 +232,7 @@ class JsonlFormat:
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
         path = local_path(file.path)
         if options.tokenizer is None and (path is None or not record_path(path).exists()):
-            try:
-                return describe_rows(fs, file, path, options)
-            except NoTokenField as exc:  # text lines: the record that tokenizes them is missing
-                raise FormatError(
-                    f"{exc}; read as text, its tokenization record {record_path(file.path)} is "
-                    "missing: prepare the file with: streamload tokenize --format jsonl "
-                    "--documents FILE --tokenizer TOK.json --eos-token-id ID"
-                ) from exc
+            return _rows_format().describe(fs, file, options)
         if path is None:
             raise FormatError(f"{file.path}: jsonl sources are read from local files only")
         if options.tokenizer is not None:
@@ -270,10 +264,24 @@ class JsonlFormat:
             int(lengths.sum()), index, meta,
         )  # fmt: skip
 
-    def open(self, info: ShardInfo) -> JsonlShard | JsonlRowsShard:
-        if info.meta.get("kind") == ROWS_KIND:
-            return JsonlRowsShard(info)
+    def open(self, info: ShardInfo) -> Any:
+        if info.meta.get("kind") == _ROWS_KIND:
+            return _rows_format().open(info)
         return JsonlShard(info)
+
+
+_ROWS_KIND = "rows"
+"""``meta["kind"]`` of a shard the rows reader described (its ``ROWS_KIND``)."""
+_ROWS_FORMAT = "jsonl_rows"
+"""The rows reader's name in the registry (its ``ROWS_FORMAT``)."""
+
+
+def _rows_format() -> Any:
+    """The reader of JSONL rows of token ids, by name (imported here, not at module level:
+    the registry imports this module while it loads)."""
+    from streamload.formats.registry import open_only_format
+
+    return open_only_format(_ROWS_FORMAT)
 
 
 class JsonlShard:

@@ -1,11 +1,11 @@
 """JSONL rows of token ids: pre-tokenized SFT data as scripts write it (``format = "jsonl"``).
 
-A ``.jsonl`` file without a tokenization record (``X.tok.json``, :mod:`.jsonl`) and read
-without a ``tokenizer`` holds one JSON object per line with a list of token ids (``column``,
-default ``input_ids``), one line per document: what ``datasets``' ``to_json`` writes for a
-tokenized dataset, and what a script dumping ``tokenizer.apply_chat_template(...,
-tokenize=True)`` rows writes. Beside the ids a line may carry its loss mask, found by the
-same names and in the same order as a table's columns
+A ``.jsonl`` file without a tokenization record (``X.tok.json``,
+:mod:`streamload.formats.jsonl`) and read without a ``tokenizer`` holds one JSON object per
+line with a list of token ids (``column``, default ``input_ids``), one line per document:
+what ``datasets``' ``to_json`` writes for a tokenized dataset, and what a script dumping
+``tokenizer.apply_chat_template(..., tokenize=True)`` rows writes. Beside the ids a line
+may carry its loss mask, found by the same names and in the same order as a table's columns
 (:data:`~streamload.formats.arrow.masks.MASK_COLUMNS`): ``loss_mask``, ``labels_mask``,
 ``labels`` (transformers' labels, -100 = not trained, read as ``labels != -100`` and refused
 unless a masked copy of ``input_ids``), TRL's ``assistant_masks``, ``completion_mask``
@@ -19,6 +19,11 @@ token and the mask shard; ~1.3 M tokens/s a parse on a loaded 2-core machine,
 are kept as ``uint32`` (``dtype`` may name another): a file is held in memory, 4 bytes a
 token, so datasets of many GB are better converted to Parquet first (docs/formats.md). Blank
 lines are skipped; messages name a row by its line (1-based, blank lines counted).
+
+The reader is a pyarrow table reader, so it lives in the Arrow family; the ``jsonl`` format
+(:class:`~streamload.formats.jsonl.JsonlFormat`) hands such a file to it by name through the
+registry (:data:`FORMAT`, an open-only format: never sniffed, listed or configured), and its
+shards keep the ``jsonl`` format name, with ``meta["kind"] == "rows"``.
 
 Example: ``{"input_ids": [5, 17, 0], "labels": [-100, 17, 0]}`` then ``{"input_ids": [4, 2],
 "labels": [-100, 2]}``: tokens ``[5, 17, 0, 4, 2]``, documents ``[0, 3, 5]``, mask
@@ -35,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from streamload.errors import FormatError
-from streamload.formats.arrow import metadata_columns, row_metadata
+from streamload.formats.arrow._metadata import metadata_columns, row_metadata
 from streamload.formats.arrow.columns import (
     column_name,
     import_pyarrow,
@@ -49,19 +54,31 @@ from streamload.formats.arrow.masks import (
     mask_lists,
     mask_values,
 )
-from streamload.formats.base import ListedFile, ReadOptions, ShardInfo, check_size_unchanged
+from streamload.formats.base import (
+    ListedFile,
+    ReadOptions,
+    ShardInfo,
+    check_size_unchanged,
+    local_path,
+)
 
-__all__ = ["ROWS_KIND", "JsonlRowsShard", "NoTokenField", "describe_rows", "line_numbers"]
+__all__ = [
+    "FORMAT",
+    "ROWS_FORMAT",
+    "ROWS_KIND",
+    "JsonlRowsFormat",
+    "JsonlRowsShard",
+    "describe_rows",
+    "line_numbers",
+]
 
+ROWS_FORMAT = "jsonl_rows"
+"""This reader's name in the registry (open-only: its shards are ``jsonl`` shards)."""
 ROWS_KIND = "rows"
 """``meta["kind"]`` of a shard read as JSONL rows (a record-backed one has none)."""
 _BLOCK_BYTES = 1 << 24
 """pyarrow's JSON block: a line longer than it cannot be parsed (a 64k-token row is ~0.5 MB)."""
 _AUTO_DTYPE = np.dtype("<u4")
-
-
-class NoTokenField(FormatError):
-    """The rows have no token field: the file may be text to tokenize instead."""
 
 
 def _parse(source: Any, path: str) -> Any:
@@ -153,13 +170,17 @@ def _token_values(table: Any, column: str, path: str, local: str | None) -> Any:
     """``(values, offsets)`` of the token column (:func:`token_lists`).
 
     Raises:
-        NoTokenField: no line has the field.
-        FormatError: it is not a list of integers, or a line lacks it.
+        FormatError: no line has the field (text lines: their tokenization record is
+            missing), it is not a list of integers, or a line lacks it.
     """
     if column not in table.schema.names:
-        raise NoTokenField(
+        record = f"{path.rsplit('/', 1)[-1].rsplit('.', 1)[0]}.tok.json"
+        raise FormatError(
             f"{path}: no field {column!r} of token ids on any line; the lines have "
-            f'{", ".join(table.schema.names)} (name the token field with column = "...")'
+            f'{", ".join(table.schema.names)} (name the token field with column = "..."); '
+            f"read as text, its tokenization record {record} is missing: prepare the file "
+            "with: streamload tokenize --format jsonl --documents FILE --tokenizer TOK.json "
+            "--eos-token-id ID"
         )
     token_dtype(table.schema, column, path)  # a list of integers, or a clear refusal
     array = _column(table, column, path, local)
@@ -250,3 +271,23 @@ class JsonlRowsShard:
         if not 0 <= i < self._table.num_rows:
             raise IndexError(f"document {i} out of range [0, {self._table.num_rows})")
         return row_metadata(self._table, i, columns) if columns else {}
+
+
+class JsonlRowsFormat:
+    """Describes and opens JSONL rows of token ids for the ``jsonl`` format (never sniffed,
+    listed or configured: :class:`~streamload.formats.jsonl.JsonlFormat` hands files to it)."""
+
+    name = ROWS_FORMAT
+    has_documents = True
+
+    def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
+        return False
+
+    def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
+        return describe_rows(fs, file, local_path(file.path), options)
+
+    def open(self, info: ShardInfo) -> JsonlRowsShard:
+        return JsonlRowsShard(info)
+
+
+FORMAT = JsonlRowsFormat()
