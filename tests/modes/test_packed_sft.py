@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,3 +159,27 @@ def test_a_state_saved_on_one_rank_resumes_on_two() -> None:
     assert len(reference) >= 3 and len(rest) == len(reference) - 1
     for step, joined in enumerate(rest, start=1):
         assert torch.equal(joined, reference[step]), step
+
+
+def test_padded_with_drop_resumes_exactly() -> None:
+    cfg = config("padded", "drop", shuffle=True)
+    assert_resumes_exactly(lambda: build_loader(cfg, batch_size=3), passes=2)
+
+
+def test_plan_prints_and_reports_the_fine_tuners_numbers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streamload.cli.main import main
+
+    path = tmp_path / "sft.json"
+    path.write_text(json.dumps(config(long_documents="drop")))
+    assert main(["plan", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)["packing"]["chat"]
+    with build_loader(config(long_documents="drop"), batch_size=1) as loader:
+        assert report == loader.stream.sources[0].packing_report()
+    assert report["label_tokens"] == report["samples"] * SEQ_LEN > report["trained_tokens"] > 0
+    assert main(["plan", str(path)]) == 0
+    out = capsys.readouterr().out
+    share = 100.0 * report["trained_tokens"] / report["label_tokens"]
+    assert f"trained labels {report['trained_tokens']:,} of {report['label_tokens']:,} " in out
+    assert f"({share:.2f} %); documents truncated 0, dropped 2 (" in out
