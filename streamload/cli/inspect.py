@@ -185,7 +185,8 @@ def _print_document_note(unindexed: list[str], eos: int | None) -> None:
 def _print_table(report: dict[str, Any], histogram: list[tuple[int, int, int]]) -> None:
     total, trained = report["num_tokens"], report["trained_tokens"]
     share = f", {trained:,} trained ({100.0 * trained / total:.2f} %)" if total else ""
-    masked = any(s["loss_mask"] is not None for s in report["shards"])  # else every token is trained
+    # without any mask every token is trained: the line stays as it was
+    masked = any(s["loss_mask"] is not None for s in report["shards"])
     print(
         f"format {report['format']}, dtype {report['dtype']}, {total:,} tokens, "
         f"{report['num_documents'] if report['num_documents'] is not None else '?'} documents"
