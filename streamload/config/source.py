@@ -70,9 +70,12 @@ class ShardFormat(str, enum.Enum):
         return cls.NUMPY if value == "npy" else None
 
 
-_COLUMN_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.MDS)
-"""Formats whose files hold named columns (``[[sources]] column``)."""
-_TABLE_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET)
+_COLUMN_FORMATS = (
+    ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.MDS, ShardFormat.JSONL,
+)  # fmt: skip
+"""Formats whose files hold named columns (``[[sources]] column``; JSONL: rows of token
+ids, a field per column)."""
+_TABLE_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.JSONL)
 TEXT_FORMATS = (
     ShardFormat.AUTO, ShardFormat.TEXT, ShardFormat.PARQUET, ShardFormat.ARROW, ShardFormat.MDS,
 )  # fmt: skip
@@ -138,16 +141,18 @@ class SourceConfig:
             OLMo-core ``labels_mask*`` beside ``token_ids*``); ``"none"`` ignores them; a
             folder, glob, file or list of those names the mask files, paired in listing
             order with the source's shards.
-        column: The token column of an ``arrow``, ``parquet`` or ``mds`` source (``None``:
-            the format's default, ``input_ids`` for Arrow/Parquet).
-        mask_column: An ``arrow`` or ``parquet`` source's loss-mask column (a list of 0/1
-            integers or booleans per row, as long as the row's tokens; ``"labels"``: the
-            Hugging Face ``labels``, read as ``labels != -100``), required in every file;
-            ``None``: the first of ``loss_mask``, ``labels_mask``, ``labels``,
-            ``assistant_masks``, ``completion_mask`` a file has is used (with
+        column: The token column of an ``arrow``, ``parquet`` or ``mds`` source, or the
+            token field of ``jsonl`` rows of token ids (``None``: the format's default,
+            ``input_ids`` for Arrow/Parquet/JSONL).
+        mask_column: An ``arrow``, ``parquet`` or ``jsonl`` (rows) source's loss-mask
+            column (a list of 0/1 integers or booleans per row, as long as the row's
+            tokens; ``"labels"``: the Hugging Face ``labels``, read as ``labels != -100``),
+            required in every file; ``None``: the first of ``loss_mask``, ``labels_mask``,
+            ``labels``, ``assistant_masks``, ``completion_mask`` a file has is used (with
             ``label_masks = "auto"``; docs/formats.md).
-        id_column: An ``arrow`` or ``parquet`` source's document id column, shown by
-            ``streamload docs`` and ``show`` (``None``: ``id`` where a file has it).
+        id_column: An ``arrow``, ``parquet`` or ``jsonl`` (rows) source's document id
+            column, shown by ``streamload docs`` and ``show`` (``None``: ``id`` where a
+            file has it).
     """
 
     name: str
@@ -311,6 +316,11 @@ class SourceConfig:
             )
         if self.is_text:
             self._check_text(where)
+        elif self.column or self.mask_column or self.id_column:  # format = "jsonl"
+            raise ConfigError(
+                f"{where}: column, mask_column and id_column apply to JSONL rows of token ids, "
+                "read without a tokenizer; with a tokenizer the lines are text (text_field)"
+            )
 
     def _check_text(self, where: str) -> None:
         """What a text source takes: no token column, mask files or mask column (its tokens
