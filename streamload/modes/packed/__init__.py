@@ -5,6 +5,8 @@ samples, packed best-fit or one per sample, then padding (docs/sampling.md): the
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamload.modes.base import ModeSpec
@@ -53,6 +55,27 @@ def _plan_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
+def _adopt_state(config: DataConfig, fingerprint: Mapping[str, Any]) -> DataConfig | None:
+    """The config that resumes a state packed within groups (the rule before issue 34, groups
+    of 4,096 items) when ``sampling.group_size`` is unset: that state's group size. A set
+    group size, another mode or rule, or a malformed field adopts nothing (the fingerprint
+    check then names what differs)."""
+    from streamload.config.sampling import SamplingConfig
+    from streamload.plan.packing import GROUPED_ALGORITHM
+
+    saved = fingerprint.get("packing")
+    sampling = config.sampling
+    if sampling.mode_name != "packed" or sampling.group_size is not None:
+        return None
+    if not isinstance(saved, Mapping) or saved.get("algorithm") != GROUPED_ALGORITHM:
+        return None
+    group = saved.get("group_size")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        return None
+    adopted = SamplingConfig(**{**sampling.table(), "group_size": group})
+    return dataclasses.replace(config, sampling=adopted)
+
+
 _SHARED: dict[str, Any] = {
     "build": _build,
     "options": PackedOptions,
@@ -61,6 +84,7 @@ _SHARED: dict[str, Any] = {
     "check": _check,
     "plan_report": _plan_report,
     "plan_lines": _plan_lines,
+    "adopt_state": _adopt_state,
 }
 PACKED = ModeSpec(name="packed", **_SHARED)
 """The packed mode's plug-in."""
