@@ -35,7 +35,6 @@ from streamload.plan.packing import (
     GROUP_SIZE,
     _pack_in_python,
     document_items,
-    pack_bound,
     pack_items,
 )
 

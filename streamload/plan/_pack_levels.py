@@ -28,6 +28,7 @@ With a cap of ``k`` items per bin each bin's count is kept: a bin at ``f`` takes
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,18 @@ class _Levels:
             self.bitmap ^= 1 << level
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def land(self, bins: np.ndarray, level: int, tail: int) -> None:
+        """Put ``bins`` (in order) at ``level``, except the last at ``tail`` (a run's last
+        bin may stop early); level 0 is a full bin, which leaves the levels."""
+        if tail == level or bins.size == 1:
+            if tail:
+                self.push(tail, bins)
+            return
+        if level:
+            self.push(level, bins[:-1])
+        if tail:
+            self.push(tail, bins[-1:])
+
 
 def pack_by_levels(
     sizes: np.ndarray, capacity: int, cap: int | None = None
@@ -87,7 +100,7 @@ def pack_by_levels(
     run_sizes, run_counts = np.unique(sizes, return_counts=True)
     levels, opened = _Levels(), 0
     counts = None if cap is None else np.zeros(sizes.size, dtype=np.int64)
-    placed: list[tuple[np.ndarray, np.ndarray]] = []
+    placed = _Placed()
     for size, left in zip(run_sizes[::-1].tolist(), run_counts[::-1].tolist(), strict=True):
         while left:
             free = levels.lowest(size)
@@ -98,43 +111,54 @@ def pack_by_levels(
                 opened += bins.size
             else:  # at most as many as the items need; a capped bin may take fewer
                 bins = levels.take(free, min(levels.sizes[free], -(-left // per_bin)))
-            if counts is None:
-                reps = np.full(bins.size, per_bin, dtype=np.int64)
-            else:
-                reps = np.minimum(per_bin, cap - counts[bins])  # type: ignore[operator]
+            if counts is None:  # every bin takes per_bin items, the last what is left
+                last = min(per_bin, left - per_bin * (bins.size - 1))
+                placed.add_uniform(bins, per_bin, last)
+                left -= per_bin * (bins.size - 1) + last
+                levels.land(bins, free % size, free - last * size)
+                continue
+            reps = np.minimum(per_bin, cap - counts[bins])  # type: ignore[operator]
             reps[-1] -= max(0, int(reps.sum()) - left)  # only the last bin can overshoot
             left -= int(reps.sum())
-            placed.append((bins, reps))
-            _land(levels, bins, free - reps * size, counts, reps, cap)
-    if not placed:
-        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    chosen = np.repeat(*(np.concatenate(part) for part in zip(*placed, strict=True)))
+            placed.add(bins, reps)
+            counts[bins] += reps
+            open_ = counts[bins] < cap  # type: ignore[operator]
+            open_[:-1] &= reps[:-1] == per_bin  # (a full bin lands at 0: dropped by land)
+            kept = bins[open_]
+            if kept.size:
+                tail = free - int(reps[-1]) * size if open_[-1] else free % size
+                levels.land(kept, free % size, tail)
     bin_of = np.empty(sizes.size, dtype=np.int64)
-    bin_of[order] = chosen
+    bin_of[order] = placed.bins_in_order()
     offsets = np.concatenate([[0], np.cumsum(np.bincount(bin_of, minlength=opened))])
     return offsets.astype(np.int64), np.argsort(bin_of, kind="stable").astype(np.int64)
 
 
-def _land(
-    levels: _Levels,
-    bins: np.ndarray,
-    after: np.ndarray,
-    counts: np.ndarray | None,
-    reps: np.ndarray,
-    cap: int | None,
-) -> None:
-    """Put each of ``bins`` (in order) at its free space ``after``: all but the last land on
-    one level (``free % size``), the last may stop higher; full or capped bins are closed."""
-    if counts is not None:
-        counts[bins] += reps
-        keep = (after > 0) & (counts[bins] < cap)
-        bins, after = bins[keep], after[keep]
-        if not bins.size:
-            return
-    if after[0] == after[-1]:
-        if after[0]:
-            levels.push(int(after[0]), bins)
-        return
-    for level in np.unique(after).tolist():  # two levels at most
-        if level:
-            levels.push(level, bins[after == level])
+class _Placed:
+    """The bins the sorted items went to: per step a block of bins, each taking ``q`` items
+    and the last ``last`` (no cap), or explicit counts (a cap); expanded once at the end."""
+
+    def __init__(self) -> None:
+        self.bins: list[np.ndarray] = []
+        self.reps: list[Any] = []  # (q, last) pairs, or count arrays with a cap: never mixed
+
+    def add_uniform(self, bins: np.ndarray, per_bin: int, last: int) -> None:
+        self.bins.append(bins)
+        self.reps.append((per_bin, last))
+
+    def add(self, bins: np.ndarray, reps: np.ndarray) -> None:
+        self.bins.append(bins)
+        self.reps.append(reps)
+
+    def bins_in_order(self) -> np.ndarray:
+        """The bin of each item in sorted order."""
+        if not self.bins:
+            return np.zeros(0, dtype=np.int64)
+        if isinstance(self.reps[0], np.ndarray):
+            reps = np.concatenate(self.reps)
+        else:
+            lengths = np.array([b.size for b in self.bins], dtype=np.int64)
+            per_bin, last = np.array(self.reps, dtype=np.int64).T
+            reps = np.repeat(per_bin, lengths)
+            reps[np.cumsum(lengths) - 1] = last
+        return np.repeat(np.concatenate(self.bins), reps)

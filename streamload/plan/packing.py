@@ -208,9 +208,10 @@ def pack_items(
     epoch or group by group.
 
     Without ``group_size`` all items form one group; with it, groups are items ``[0, g)``,
-    ``[g, 2g)``, … (``g = group_size``; the last may be shorter). Within a group, items go in order of length descending (ties: lower id first)
-    into the open bin with the least free space that holds them (ties: the bin that has had
-    that free space the longest); when none does, into a new bin. With ``max_items`` a bin
+    ``[g, 2g)``, … (``g = group_size``; the last may be shorter). Within a group, items go
+    in order of length descending (ties: lower id first) into the open bin with the least
+    free space that holds them (ties: the bin that has had that free space the longest);
+    when none does, into a new bin. With ``max_items`` a bin
     that holds that many items is closed, whatever its free space (grain's
     ``max_sequences_per_bin``); the rule is otherwise unchanged.
 

@@ -5,6 +5,8 @@ states bit for bit), and states saved under the old default adopted by a loader 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -74,7 +76,7 @@ def test_padded_mode_keeps_the_fields_it_always_had(corpus: Corpus) -> None:
 
 @pytest.mark.parametrize("value", [0, -1, 2.5, True, "4096"])
 def test_bad_group_sizes_are_refused(corpus: Corpus, value: Any) -> None:
-    with pytest.raises(ConfigError, match="sampling.group_size"):
+    with pytest.raises(ConfigError, match=r"sampling\.group_size"):
         streamload.load_config(packed_config(corpus, group_size=value))
     with pytest.raises(ConfigError, match="group_size = 8 has no meaning with mode = 'padded'"):
         streamload.load_config(packed_config(corpus, "padded", group_size=8))
@@ -141,3 +143,14 @@ def test_the_node_chain_names_the_key_to_set(corpus: Corpus) -> None:
     with pytest.raises(StateError, match=r"group_size = 4096"):
         load_position(old.state_dict(), stream_of(corpus), global_batch=64)
 
+
+def test_plan_shows_the_group_size(
+    corpus: Corpus, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streamload.cli.main import main
+
+    (tmp_path / "c.json").write_text(json.dumps(packed_config(corpus, group_size=4096)))
+    assert main(["plan", str(tmp_path / "c.json"), "--steps", "2"]) == 0
+    assert "best fit within groups of 4,096 items" in capsys.readouterr().out
+    assert main(["plan", str(tmp_path / "c.json"), "--steps", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["group_size"] == 4096

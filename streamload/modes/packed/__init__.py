@@ -33,19 +33,21 @@ def _build(config: DataConfig) -> SampleStream:
 
 def _plan_report(stream: Any, steps: int | None) -> dict[str, Any]:
     """What an epoch of each source holds: documents, items, samples, padding (and the cap
-    of documents per sample, when set)."""
+    of documents per sample and the packing group size, when set)."""
     out: dict[str, Any] = {
         "packing": {source.name: source.packing_report() for source in stream.sources}
     }
-    cap = stream.config.sampling.max_documents_per_sample
-    if cap is not None:
-        out["max_documents_per_sample"] = int(cap)
+    for key in ("max_documents_per_sample", "group_size"):
+        value = getattr(stream.config.sampling, key)
+        if value is not None:
+            out[key] = int(value)
     return out
 
 
 def _plan_lines(report: dict[str, Any]) -> list[str]:
-    cap = report.get("max_documents_per_sample")
+    cap, group = report.get("max_documents_per_sample"), report.get("group_size")
     head = [] if cap is None else [f"at most {cap:,} documents per sample"]
+    head += [] if group is None else [f"best fit within groups of {group:,} items"]
     return head + [
         f"{name} per epoch: {p['documents']:,} documents -> {p['items']:,} items -> "
         f"{p['samples']:,} samples ({p['samples_over_bound_pct']:.2f} % over the bound); "

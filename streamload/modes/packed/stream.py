@@ -83,9 +83,10 @@ class PackedStream(SourceStream):
         )
 
     def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
-        """The shared fingerprint plus what decides a sample's items: the packing
-        rule (algorithm, and the group size when groups are set), ``long_documents``, ``pad_token_id``, the EOS that finds documents and
-        ``max_documents_per_sample`` (only when set: states saved without it are unchanged)."""
+        """The shared fingerprint plus what decides a sample's items: the packing rule
+        (algorithm, and the group size when groups are set), ``long_documents``,
+        ``pad_token_id``, the EOS that finds documents and ``max_documents_per_sample``
+        (only when set: states saved without it are unchanged)."""
         out = super().fingerprint(cursor)
         out["packing"] = {
             **packing_rule(self.config),  # a change of the rule re-keys states
