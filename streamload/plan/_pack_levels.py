@@ -96,8 +96,10 @@ def pack_by_levels(
         capacity: Tokens per bin.
         cap: The most items per bin, or ``None``.
     """
-    order = np.argsort(capacity - sizes, kind="stable")
-    run_sizes, run_counts = np.unique(sizes, return_counts=True)
+    order = _stable_order(capacity - sizes, capacity)
+    per_size = np.bincount(sizes, minlength=capacity + 1)
+    run_sizes = np.flatnonzero(per_size)
+    run_counts = per_size[run_sizes]
     levels, opened = _Levels(), 0
     counts = None if cap is None else np.zeros(sizes.size, dtype=np.int64)
     placed = _Placed()
@@ -131,7 +133,19 @@ def pack_by_levels(
     bin_of = np.empty(sizes.size, dtype=np.int64)
     bin_of[order] = placed.bins_in_order()
     offsets = np.concatenate([[0], np.cumsum(np.bincount(bin_of, minlength=opened))])
-    return offsets.astype(np.int64), np.argsort(bin_of, kind="stable").astype(np.int64)
+    return offsets.astype(np.int64), _stable_order(bin_of, opened)
+
+
+def _stable_order(keys: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for int keys in ``[0, bound]``, faster: a radix
+    sort of uint16 keys, else one plain sort of ``key · n + index`` (unique, so any sort is
+    stable), else the stable argsort itself (5-7x slower at 10^7 items)."""
+    n = keys.size
+    if bound < 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable").astype(np.int64)
+    if (bound + 1) * max(n, 1) < 1 << 62:
+        return np.sort(keys.astype(np.int64) * n + np.arange(n, dtype=np.int64)) % n
+    return np.argsort(keys, kind="stable").astype(np.int64)
 
 
 class _Placed:

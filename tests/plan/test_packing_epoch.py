@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamload.plan._pack_levels import _stable_order
 from streamload.plan.packing import (
     _pack_capped,
     _pack_in_python,
@@ -93,3 +94,25 @@ def test_empty_and_invalid_whole_epoch_inputs() -> None:
             pack_items(np.array(lengths), capacity)
     with pytest.raises(ValueError, match="max_items"):
         pack_items(np.array([1]), 5, max_items=0)
+
+
+def test_more_than_65535_bins_equal_the_per_item_loop() -> None:
+    """Bin ids past uint16: the final order takes the sort-of-keys path."""
+    rng = np.random.default_rng(11)
+    sizes = np.concatenate([rng.integers(3, 5, 70_000), rng.integers(1, 3, 900)])
+    rng.shuffle(sizes)
+    plan = pack_items(sizes, 4)
+    loop = _pack_in_python(sizes, 4, sizes.size)
+    assert plan.num_samples > 2**16
+    np.testing.assert_array_equal(plan.offsets, loop.offsets)
+    np.testing.assert_array_equal(plan.items, loop.items)
+
+
+@pytest.mark.parametrize("bound", [0, 5, 2**16 - 1, 2**16, 10**6, 2**61])
+def test_stable_order_is_a_stable_argsort(bound: int) -> None:
+    rng = np.random.default_rng(bound % 1000)
+    keys = rng.integers(0, bound + 1, 3_000, dtype=np.int64)
+    keys[::7] = keys[0]  # ties
+    got = _stable_order(keys, bound)
+    np.testing.assert_array_equal(got, np.argsort(keys, kind="stable"))
+    assert got.dtype == np.int64
