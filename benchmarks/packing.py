@@ -18,6 +18,7 @@ Documents have log-normal lengths (median 500 tokens, sigma 1, like the corpus o
   streamload's default over OLMo-core's own pieces and capacity must give its sample count.
 
     python benchmarks/packing.py --docs 100000,1000000,10000000 --seq-lens 2048,8192
+    python benchmarks/packing.py --docs '' --padding-docs '' --seeds 10   # draws vs OLMo-core
 """
 
 from __future__ import annotations
@@ -231,13 +232,14 @@ def main() -> None:
     parser.add_argument(
         "--seeds", type=int, default=0, help="document draws of the OLMo-core sweep (0: none)"
     )
+    parser.add_argument("--seed-docs", type=int, default=200_000, help="documents per draw")
     args = parser.parse_args()
     if args.docs:
         emit_build(
             args, [build_row(n, args.seq_len, args.repeats, args.python_max) for n in args.docs]
         )
-    if args.seq_lens:
-        olmo = olmo_python(args.olmo_python)
+    olmo = olmo_python(args.olmo_python) if args.seq_lens else None
+    if args.seq_lens and args.padding_docs:
         rows = [
             row
             for docs in args.padding_docs
@@ -245,11 +247,11 @@ def main() -> None:
             for row in padding_rows(docs, seq_len, args, olmo)
         ]
         emit_padding(args, rows, olmo)
-    if args.seeds and olmo is not None:
+    if args.seq_lens and args.seeds and olmo is not None:
         sweep = [
             row
             for seq_len in args.seq_lens
-            for row in seed_rows(args.padding_docs[0], seq_len, args.seeds, olmo)
+            for row in seed_rows(args.seed_docs, seq_len, args.seeds, olmo)
         ]
         emit_seeds(args, sweep)
 
