@@ -154,3 +154,12 @@ def test_plan_shows_the_group_size(
     assert "best fit within groups of 4,096 items" in capsys.readouterr().out
     assert main(["plan", str(tmp_path / "c.json"), "--steps", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["group_size"] == 4096
+
+
+def test_padded_runs_resume_exactly_with_their_old_fields(corpus: Corpus) -> None:
+    cfg = packed_config(corpus, "padded")
+    loader = streamload.build_loader(cfg, batch_size=64)
+    assert {k: loader.state_dict()["fingerprint"]["packing"][k] for k in OLD_RULE} == OLD_RULE
+    assert_resumes_exactly(
+        lambda: streamload.build_loader(cfg, batch_size=64), save_points=[0, 9, 60]
+    )
