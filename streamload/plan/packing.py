@@ -19,8 +19,8 @@ Worked example, seq_len 4 (capacity 5 tokens), documents of 7, 1, 0, 5, 3 and 2 
 
 By default best fit decreasing runs over all items at once (:data:`ALGORITHM`), as OLMo-core's
 OBFD does, in one step per (item size, free space) pair rather than per item
-(:mod:`streamload.plan._pack_levels`): O(n log n) for the sort, ~0.1 CPU µs per item in all. With a
-``group_size`` (:data:`GROUPED_ALGORITHM`, the only rule before issue 34, groups of
+(:mod:`streamload.plan._pack_levels`): ~0.1 CPU µs per item in all, the sort included. With
+a ``group_size`` (:data:`GROUPED_ALGORITHM`, the only rule before issue 34, groups of
 :data:`GROUP_SIZE`) it runs independently over consecutive groups of that many items. Each
 group keeps its open bins in buckets by free space (first-in first-out lists) and a bitmap of
 the non-empty buckets, so "the smallest free space >= L" is a lowest-set-bit lookup. Two
