@@ -10,6 +10,7 @@ same work.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 import timeit
 from dataclasses import dataclass, field
@@ -94,6 +95,18 @@ def calibrate(args: argparse.Namespace) -> tuple[TrainStep, dict[str, float]]:
         "release_us": matmuls * per_matmul * 1e6,
     }
     return TrainStep(iterations, matmuls), work
+
+
+def timed_window(warmup_steps: int, steps: int, chunk: int) -> tuple[int, int]:
+    """(warm-up steps, timed steps). streamload hands batches over in chunks of ``chunk`` and
+    makes one when one is consumed: its window starts half a chunk past a chunk boundary and
+    holds whole chunks (``steps`` rounded), so every repeat times the same number of chunk
+    productions (``chunk`` <= 1: the steps as given)."""
+    if chunk <= 1:
+        return warmup_steps, steps
+    half = chunk // 2
+    warmup = half + chunk * math.ceil(max(0, warmup_steps - half) / chunk)
+    return warmup, chunk * max(1, round(steps / chunk))
 
 
 class CpuMeter:

@@ -32,7 +32,6 @@ import argparse
 import collections
 import gc
 import itertools
-import math
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -52,7 +51,8 @@ from _common import (
     str_list,
     worker_label,
 )
-from _train_step import MATRIX, CpuMeter, TrainStep, calibrate
+from _rank_report import add_bill_args, bill_main, resolve_bill_args
+from _train_step import MATRIX, CpuMeter, TrainStep, calibrate, timed_window
 from throughput import PAD_TOKEN_ID, PeerDataset, Windows
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -138,23 +138,12 @@ def open_case(case: Case, bench: Bench) -> tuple[Iterator[Batch], Callable[[], N
     return iter(stream_loader), stream_loader.close, chunk
 
 
-def timed_window(args: argparse.Namespace, chunk: int) -> tuple[int, int]:
-    """(warm-up steps, timed steps). streamload hands batches over in chunks and makes one
-    when one is consumed: its window starts half a chunk past a chunk boundary and holds whole
-    chunks (``--steps`` rounded), so every repeat times the same number of chunk productions."""
-    if chunk <= 1:
-        return args.warmup_steps, args.steps
-    half = chunk // 2
-    warmup = half + chunk * math.ceil(max(0, args.warmup_steps - half) / chunk)
-    return warmup, chunk * max(1, round(args.steps / chunk))
-
-
 def measure(case: Case, bench: Bench) -> Run:
     """Warm up, then time the case's steps: wall time, time in ``next()``, CPU."""
     step = bench.step
     batches, close, chunk = open_case(case, bench)
     try:
-        warmup, steps = timed_window(bench.args, chunk)
+        warmup, steps = timed_window(bench.args.warmup_steps, bench.args.steps, chunk)
         for _ in range(warmup):
             step(next(batches))
         gc.collect()
@@ -289,7 +278,8 @@ def notes(args: argparse.Namespace, work: dict[str, float]) -> list[str]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     add_common_args(parser)
-    parser.set_defaults(repeats=5)
+    parser.set_defaults(repeats=None)  # 5 for the single-process table; see resolve_bill_args
+    add_bill_args(parser)
     parser.add_argument("--corpus-tokens", type=float, default=1e8, help="corpus size")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200, help="timed steps per case")
@@ -304,6 +294,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peers", type=str_list, default=list(PEERS), help=",".join(PEERS))
     parser.add_argument("--peer-workers", type=int, default=2, help="peer worker processes")
     args = parser.parse_args(argv)
+    resolve_bill_args(parser, args)
     for flag, allowed in (("modes", MODES), ("worker_types", WORKER_TYPES), ("peers", PEERS)):
         if not set(getattr(args, flag)) <= set(allowed):
             name, given = flag.replace("_", "-"), ",".join(getattr(args, flag))
@@ -318,6 +309,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.ranks:
+        bill_main(args)
+        return
     torch.set_num_threads(1)  # the step's GIL-free part uses one core
     paths = ensure_corpus(args.data_dir, int(args.corpus_tokens), args.shard_tokens)
     cases = make_cases(args)
