@@ -180,6 +180,21 @@ def _launch(spec: dict[str, Any], log: Any) -> subprocess.Popen[str]:
     )
 
 
+def _supervise(
+    procs: list[subprocess.Popen[str]], peaks: list[TreePeak], ready: Path, interval: float
+) -> None:
+    """Sample the ranks' memory until they exit; say ``go`` once every rank is ready."""
+    go = ready / "go"
+    while any(p.poll() is None for p in procs):
+        if any(p.returncode not in (None, 0) for p in procs):
+            return  # a rank failed: the others would wait at the barrier
+        for proc, peak in zip(procs, peaks, strict=True):
+            sample_tree(proc.pid, peak)
+        if not go.exists() and len(list(ready.glob("rank_*"))) == len(procs):
+            go.touch()
+        time.sleep(interval)
+
+
 def run_case(case: RankCase, common: dict[str, Any], interval: float) -> dict[str, Any]:
     """Run every rank of one case at once; their reports and memory peaks (one dict)."""
     world = common["world"]
@@ -192,17 +207,12 @@ def run_case(case: RankCase, common: dict[str, Any], interval: float) -> dict[st
                     "pin_core": pin}  # fmt: skip
             procs.append(_launch(spec, log))
         peaks = [TreePeak() for _ in procs]
-        go = Path(ready) / "go"
-        while any(p.poll() is None for p in procs):
-            if any(p.returncode not in (None, 0) for p in procs):
-                for p in procs:  # one rank failed: the others would wait at the barrier
-                    p.kill()
-                break
-            for proc, peak in zip(procs, peaks, strict=True):
-                sample_tree(proc.pid, peak)
-            if not go.exists() and len(list(Path(ready).glob("rank_*"))) == world:
-                go.touch()
-            time.sleep(interval)
+        try:
+            _supervise(procs, peaks, Path(ready), interval)
+        finally:
+            for proc in procs:  # a failed rank, an interrupt: none is left at the barrier
+                if proc.poll() is None:
+                    proc.kill()
         outs = [p.communicate()[0] for p in procs]
         log.seek(0)
         if any(p.returncode != 0 for p in procs):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -176,6 +177,8 @@ def bill_notes(common: dict[str, Any], work: dict[str, float], args: Any) -> lis
 def bill_main(args: argparse.Namespace) -> None:
     """Run every case's ranks, round-robin over the repeats; print and record the table."""
     torch.set_num_threads(1)  # the calibrated matmuls: one core, as in each rank
+    # A terminated run stops its ranks too (run_case kills them on the way out).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     paths = ensure_corpus(args.data_dir, int(args.corpus_tokens), args.shard_tokens)
     _warm_page_cache(paths)
     workers = max(args.num_workers) if args.num_workers else 2
