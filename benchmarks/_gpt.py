@@ -6,51 +6,39 @@ the device: the benchmark corpus has 128,256 ids and a full-size head would dwar
 model). Attention:
 
 * dense batches ``[b, L]``: ``scaled_dot_product_attention(is_causal=True)``;
-* packed batches, flat ``cu_seqlens`` given: on CUDA torch's own flash kernel
-  ``torch.nn.attention.varlen.varlen_attn`` over the flattened ``[b * L, heads, dim]`` tokens
-  (causal: ``window_size=(-1, 0)``; bf16); elsewhere a dense ``scaled_dot_product_attention``
-  per row under a block-causal mask built from the segments' ids (what ``doc_ids`` holds),
-  the same result at ``O(L^2)`` per row.
+* packed batches, flat ``cu_seqlens`` given: ``examples/packed_varlen.py``'s ``attention``
+  over the flattened ``[b * L, heads, dim]`` tokens: on CUDA flash-attn's kernel if
+  installed, else torch's own ``torch.nn.attention.varlen.varlen_attn`` (causal:
+  ``window_size=(-1, 0)``; bf16); elsewhere a dense ``scaled_dot_product_attention`` per row
+  under a block-causal mask built from the segments' ids (what ``doc_ids`` holds).
 """
 
 from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-try:  # torch >= 2.10: CUDA flash kernel for packed sequences, no extra package
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:  # pragma: no cover - older torch
-    varlen_attn = None
-
-__all__ = ["GPT", "segment_ids", "varlen_attention"]
+__all__ = ["GPT", "VARLEN"]
 
 
-def segment_ids(cu_seqlens: Tensor, rows: int) -> Tensor:
-    """Flat ``cu_seqlens`` over ``rows`` rows of equal length → ``[rows, L]`` segment numbers
-    (numbered across the batch; zero-length segments take no token). Two tokens of a row
-    share a number exactly when they share a ``doc_ids`` value."""
-    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
-    ids = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
-    return ids.view(rows, -1)
+def _load_example() -> ModuleType:
+    """``examples/packed_varlen.py`` as a module: the benchmark runs the example's attention,
+    so what it measures is what the example shows a user."""
+    path = Path(__file__).resolve().parents[1] / "examples" / "packed_varlen.py"
+    spec = importlib.util.spec_from_file_location("packed_varlen", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def varlen_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor, max_seqlen: int,
-                     rows: int) -> Tensor:  # fmt: skip
-    """Causal attention inside each segment of flat ``[rows * L, heads, dim]`` q/k/v."""
-    if q.is_cuda and varlen_attn is not None:
-        half = [x.to(torch.bfloat16) for x in (q, k, v)]  # the kernel takes fp16/bf16 only
-        out = varlen_attn(*half, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                          window_size=(-1, 0))  # fmt: skip
-        return out.to(q.dtype)  # type: ignore[union-attr]
-    ids = segment_ids(cu_seqlens, rows)  # [rows, L]
-    length = ids.shape[1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
-    mask = (ids[:, :, None] == ids[:, None, :]) & causal
-    qr, kr, vr = (x.unflatten(0, (rows, length)).transpose(1, 2) for x in (q, k, v))
-    out = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=mask[:, None])
-    return out.transpose(1, 2).flatten(0, 1)
+VARLEN = _load_example()
+"""The example: ``attention(q, k, v, cu_seqlens, max_seqlen, rows)``, ``attention_kind``."""
 
 
 class Block(nn.Module):
@@ -72,7 +60,7 @@ class Block(nn.Module):
             attended = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)
         else:
             q, k, v = qkv.flatten(0, 1).unbind(1)  # [rows * L, heads, dim] each
-            attended = varlen_attention(q, k, v, cu_seqlens, max_seqlen, rows)
+            attended = VARLEN.attention(q, k, v, cu_seqlens, max_seqlen, rows=rows)
         x = x + self.out(attended.reshape(rows, length, width))
         return x + self.mlp(self.norm2(x))
 

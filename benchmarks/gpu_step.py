@@ -19,8 +19,9 @@ synchronizes inside the timed window (no ``loss.item()``). Cases, round-robin pe
   layout: ``full`` (int64 ``input_ids``/``labels``), ``compact`` (``packing.compact``:
   ``tokens`` copied in the data's width, widened and shifted on the device, as
   docs/config.md shows), ``packed`` (``sampling.mode = "packed"`` with masks: whole
-  documents; ``flatten_cu_seqlens`` on the host, then torch's
-  ``torch.nn.attention.varlen.varlen_attn`` over the flat ``cu_seqlens``, causal).
+  documents; ``flatten_cu_seqlens`` on the host, then ``examples/packed_varlen.py``'s
+  attention over the flat ``cu_seqlens``: torch's ``torch.nn.attention.varlen.varlen_attn``,
+  causal, where flash-attn is not installed).
 * ``DataLoader``, ``StatefulDataLoader``: map-style memmap windows of the same corpus in
   streamload's order (``throughput.PeerDataset``), ``--peer-workers`` processes, full layout.
 
@@ -45,7 +46,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from _common import add_common_args, bench_config, emit, ensure_corpus, int_list, median, str_list
-from _gpt import GPT
+from _gpt import GPT, VARLEN
 from throughput import PAD_TOKEN_ID, PeerDataset, Windows
 
 import streamload
@@ -325,8 +326,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "GPU idle = sum over steps of (next step's start event - this step's end event) / "
         "(first start - last end): the GPU waiting on the host between steps (the loader, "
         "the copies' set-up); launch gaps inside a step are in the step time, as in resident.",
-        "packed: flatten_cu_seqlens on the host, torch.nn.attention.varlen.varlen_attn "
-        "(window_size=(-1, 0)) on CUDA; on CPU a dense block-causal mask from segment ids.",
+        "packed: flatten_cu_seqlens on the host, then examples/packed_varlen.py's attention: "
+        f"here {VARLEN.attention_kind(device)}.",
     ]
     title = f"GPU step: loaders and layouts beside a GPU-resident batch ({args.device})"
     emit(args, title, rows, COLUMNS, notes)
