@@ -52,7 +52,7 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(),
                                  nn.Linear(4 * width, width))  # fmt: skip
 
-    def forward(self, x: Tensor, cu_seqlens: Tensor | None, max_seqlen: int) -> Tensor:
+    def forward(self, x: Tensor, cu_seqlens: Tensor | None = None, max_seqlen: int = 0) -> Tensor:
         rows, length, width = x.shape
         qkv = self.qkv(self.norm1(x)).view(rows, length, 3, self.heads, width // self.heads)
         if cu_seqlens is None:

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from _proc_memory import TreePeak, sample_tree
-from _train_step import CpuMeter, TrainStep, timed_window
+from _train_step import TrainStep, time_steps, timed_window
 
 __all__ = ["LAYOUTS", "PEER_KINDS", "WORKER_KINDS", "RankCase", "make_rank_cases", "run_case"]
 
@@ -154,21 +154,13 @@ def rank_main(spec: dict[str, Any]) -> dict[str, Any]:
             os.sched_setaffinity(0, {spec["pin_core"]})  # this thread only (Linux)
         gc.collect()
         _barrier(Path(spec["ready_dir"]), spec["rank"])
-        meter, wait, next_cpu = CpuMeter(), 0.0, 0.0
-        start = time.perf_counter()
-        for _ in range(steps):
-            asked, asked_cpu = time.perf_counter(), time.thread_time()
-            batch = next(batches)
-            next_cpu += time.thread_time() - asked_cpu
-            wait += time.perf_counter() - asked
-            step(batch)
-        wall = time.perf_counter() - start
-        cpu, off_main = meter.stop()
+        timed = time_steps(batches, step, steps)
     finally:
         close()
     tokens = steps * spec["batch_size"] * spec["seq_len"]
-    return {"steps": steps, "tokens": tokens, "wall_s": wall, "wait_s": wait,
-            "loader_cpu_s": next_cpu + off_main, "tree_cpu_s": cpu}  # fmt: skip
+    return {"steps": steps, "tokens": tokens, "wall_s": timed.wall_s, "wait_s": timed.wait_s,
+            "loader_cpu_s": timed.next_cpu_s + timed.off_main_s,
+            "tree_cpu_s": timed.cpu_s}  # fmt: skip
 
 
 # ---- the parent ------------------------------------------------------------------------

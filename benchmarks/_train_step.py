@@ -13,6 +13,7 @@ import argparse
 import math
 import time
 import timeit
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import psutil
@@ -134,3 +135,35 @@ def _cpu(process: psutil.Process) -> float:
     except psutil.NoSuchProcess:
         return 0.0
     return float(times.user + times.system)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One timed window of steps."""
+
+    wall_s: float
+    """Wall time of the window, ``next()`` included."""
+    wait_s: float
+    """Of which inside ``next()``."""
+    next_cpu_s: float
+    """CPU of the training thread inside ``next()``."""
+    cpu_s: float
+    """The process tree's CPU (this process, all threads, and its children)."""
+    off_main_s: float
+    """Of which not on the training thread (loader threads, worker processes)."""
+
+
+def time_steps(batches: Iterator[Batch], step: Callable[[Batch], None], steps: int) -> Timed:
+    """Run ``steps`` steps on ``next(batches)``; their wall time, time and CPU in ``next()``,
+    and the tree's CPU."""
+    meter, wait, next_cpu = CpuMeter(), 0.0, 0.0
+    start = time.perf_counter()
+    for _ in range(steps):
+        asked, asked_cpu = time.perf_counter(), time.thread_time()
+        batch = next(batches)
+        next_cpu += time.thread_time() - asked_cpu
+        wait += time.perf_counter() - asked
+        step(batch)
+    wall = time.perf_counter() - start
+    cpu, off_main = meter.stop()
+    return Timed(wall, wait, next_cpu, cpu, off_main)

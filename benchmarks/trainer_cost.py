@@ -33,7 +33,6 @@ import collections
 import gc
 import itertools
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +51,7 @@ from _common import (
     worker_label,
 )
 from _rank_report import add_bill_args, bill_main, resolve_bill_args
-from _train_step import MATRIX, CpuMeter, TrainStep, calibrate, timed_window
+from _train_step import MATRIX, TrainStep, calibrate, time_steps, timed_window
 from throughput import PAD_TOKEN_ID, PeerDataset, Windows
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -147,19 +146,10 @@ def measure(case: Case, bench: Bench) -> Run:
         for _ in range(warmup):
             step(next(batches))
         gc.collect()
-        meter = CpuMeter()
-        wait = 0.0
-        start = time.perf_counter()
-        for _ in range(steps):
-            asked = time.perf_counter()
-            batch = next(batches)
-            wait += time.perf_counter() - asked
-            step(batch)
-        elapsed = time.perf_counter() - start
-        cpu, off_main = meter.stop()
+        timed = time_steps(batches, step, steps)
     finally:
         close()
-    return Run(steps, elapsed / steps, wait / steps, cpu, off_main)
+    return Run(steps, timed.wall_s / steps, timed.wait_s / steps, timed.cpu_s, timed.off_main_s)
 
 
 def case_config(paths: Sequence[str], args: argparse.Namespace, case: Case) -> dict[str, Any]:
