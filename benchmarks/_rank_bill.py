@@ -122,8 +122,8 @@ def _open(spec: dict[str, Any], case: RankCase) -> tuple[Iterator[Batch], Callab
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     stream = streamload.SampleStream.from_config(streamload.load_config(config))
-    ids = np.arange(rank, spec["samples"], world)
-    windows = Windows(spec["paths"], stream.window_starts(0, ids), length)
+    sample_ids = np.arange(rank, spec["samples"], world)
+    windows = Windows(spec["paths"], stream.window_starts(0, sample_ids), length)
     make = torch.utils.data.DataLoader if case.kind == "DataLoader" else StatefulDataLoader
     peer = make(PeerDataset(windows), batch_size=b, num_workers=case.num_workers)
     it = iter(peer)
