@@ -110,7 +110,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, m: int, rows: int = 1
     ``torch.nn.attention.varlen.varlen_attn`` where this torch has it; on CPU (neither kernel
     runs there) dense attention under the block-causal mask of the segments' ids."""
     if q.is_cuda and (flash_attn_varlen_func is not None or varlen_attn is not None):
-        half = [x.bfloat16() for x in (q, k, v)]  # both kernels take fp16/bf16 only
+        # Both kernels take fp16/bf16. Contiguous as in their documented calls: under autocast
+        # q, k, v are already bf16 strided views of one qkv projection (a copy only then).
+        half = [x.bfloat16().contiguous() for x in (q, k, v)]
         cu = cu.to(torch.int32)
         if flash_attn_varlen_func is not None:
             out: Tensor = flash_attn_varlen_func(*half, cu, cu, m, m, causal=True)
