@@ -13,7 +13,7 @@ only: the loader's threads and processes, started before, keep every core).
 Cases: ``none`` (a pre-made random batch, no loader imported: the floor of torch and the
 step), streamload per layout (``full``: int64 ``input_ids``/``labels``; ``compact``:
 ``packing.compact``; ``masks``: ``packing.masks``) and worker kind (``in-process``: 0
-workers; ``thread``/``process``: ``--num-workers`` of them), torch ``DataLoader`` and
+workers; ``thread``/``process``: each non-zero count of ``--num-workers``), torch ``DataLoader`` and
 torchdata ``StatefulDataLoader`` over map-style memmap windows of the same corpus (rank r
 reads samples ``r, r + N, ...`` of streamload's order) with ``--peer-workers`` processes.
 
@@ -68,14 +68,18 @@ class RankCase:
 
 
 def make_rank_cases(
-    layouts: Sequence[str], kinds: Sequence[str], workers: int, peers: Sequence[str], peer_w: int
+    layouts: Sequence[str],
+    kinds: Sequence[str],
+    counts: Sequence[int],
+    peers: Sequence[str],
+    peer_w: int,
 ) -> list[RankCase]:
-    """The floor, streamload per layout and worker kind, the peers (full layout)."""
+    """The floor, streamload per layout, worker kind and count, the peers (full layout)."""
     cases = [RankCase("none")]
     for layout in layouts:
         for kind in kinds:
-            count = 0 if kind == "in-process" else workers
-            cases.append(RankCase("streamload", layout, kind, count))
+            for count in [0] if kind == "in-process" else counts:
+                cases.append(RankCase("streamload", layout, kind, count))
     cases += [RankCase(peer, "full", "process", peer_w) for peer in peers]
     return cases
 

@@ -30,7 +30,7 @@ FULL = {"ranks": 8, "tokens": 8e6, "repeats": 3}
 
 
 def add_bill_args(parser: argparse.ArgumentParser) -> None:
-    """The flags of the bill per rank (``--num-workers``' largest value is its worker count;
+    """The flags of the bill per rank (``--num-workers``' non-zero counts are its workers;
     ``--peers``/``--peer-workers`` are shared with the single-process table)."""
     parser.add_argument("--ranks", type=int, help="ranks on this host, 0: single-process table")
     parser.add_argument("--tokens", type=float, help="timed input tokens per rank and case")
@@ -181,10 +181,8 @@ def bill_main(args: argparse.Namespace) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     paths = ensure_corpus(args.data_dir, int(args.corpus_tokens), args.shard_tokens)
     _warm_page_cache(paths)
-    workers = max(args.num_workers) if args.num_workers else 2
-    cases = make_rank_cases(
-        args.layouts, args.worker_kinds, workers or 2, args.peers, args.peer_workers
-    )
+    counts = [w for w in args.num_workers if w] or [2]
+    cases = make_rank_cases(args.layouts, args.worker_kinds, counts, args.peers, args.peer_workers)
     _, work = calibrate(args)
     common = _common_spec(args, paths, work)
     runs: dict[RankCase, list[dict[str, Any]]] = {case: [] for case in cases}

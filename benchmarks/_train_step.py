@@ -159,10 +159,13 @@ def time_steps(batches: Iterator[Batch], step: Callable[[Batch], None], steps: i
     meter, wait, next_cpu = CpuMeter(), 0.0, 0.0
     start = time.perf_counter()
     for _ in range(steps):
-        asked, asked_cpu = time.perf_counter(), time.thread_time()
+        # thread_time() is a system call, where a loaded machine may switch threads: outside
+        # the wall-time window, or an idle next() would be charged for another's run.
+        asked_cpu = time.thread_time()
+        asked = time.perf_counter()
         batch = next(batches)
-        next_cpu += time.thread_time() - asked_cpu
         wait += time.perf_counter() - asked
+        next_cpu += time.thread_time() - asked_cpu
         step(batch)
     wall = time.perf_counter() - start
     cpu, off_main = meter.stop()
