@@ -114,7 +114,8 @@ def _open(spec: dict[str, Any], case: RankCase) -> tuple[Iterator[Batch], Callab
         from streamload.nodes.chain import chunk_batches
 
         options = streamload.LoaderOptions(
-            worker_type="thread" if case.worker_kind == "in-process" else case.worker_kind
+            worker_type="thread" if case.worker_kind == "in-process" else case.worker_kind,
+            **spec.get("loader_options", {}),  # --prefetch, --chunk-batches where given
         )
         loader = streamload.build_loader(
             config, batch_size=b, rank=rank, world_size=world,

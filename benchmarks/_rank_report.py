@@ -39,6 +39,8 @@ def add_bill_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                         help="pin each rank's training thread to a core (default: cores >= "
                         "2 x ranks)")  # fmt: skip
+    parser.add_argument("--prefetch", type=int, help="streamload LoaderOptions.prefetch")
+    parser.add_argument("--chunk-batches", type=int, help="LoaderOptions.chunk_batches")
     parser.add_argument("--mem-interval", type=float, default=0.5, help="seconds per sample")
     parser.add_argument("--goal-cpu", type=float, default=20.0, help="loader s per 1e9 tokens")
     parser.add_argument("--goal-memory-mib", type=float, default=300.0, help="PSS per rank")
@@ -81,7 +83,13 @@ def _common_spec(
             "world": args.ranks, "samples": args.ranks * args.batch_size * per_rank,
             "warmup_steps": args.warmup_steps, "steps": steps, "pin": bool(pin),
             "python_iterations": int(work["python_iterations"]),
-            "matmuls": int(work["matmuls"])}  # fmt: skip
+            "matmuls": int(work["matmuls"]), "loader_options": _loader_options(args)}  # fmt: skip
+
+
+def _loader_options(args: argparse.Namespace) -> dict[str, int]:
+    """streamload's ``LoaderOptions`` given on the command line (the others: defaults)."""
+    given = {"prefetch": args.prefetch, "chunk_batches": args.chunk_batches}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _summary(run: dict[str, Any]) -> dict[str, float]:
@@ -155,7 +163,8 @@ def bill_notes(common: dict[str, Any], work: dict[str, float], args: Any) -> lis
         f"{common['seq_len']}, shuffled; {common['steps']} timed steps per rank (~"
         f"{args.tokens:.3g} tokens) after >= {common['warmup_steps']} warm-up steps, a "
         "barrier between; cases round-robin, medians of "
-        f"{args.repeats} repeats. Corpus: {args.corpus_tokens:.3g} uint32 tokens, NPY shards.",
+        f"{args.repeats} repeats. Corpus: {args.corpus_tokens:.3g} uint32 tokens, NPY shards. "
+        f"streamload LoaderOptions: {common['loader_options'] or 'defaults'}.",
         f"Step (fixed work, calibrated once by the parent): batch copy into preallocated "
         f"buffers, {work['python_iterations']} rounds of GIL-holding Python (~"
         f"{work['python_us']:.0f} µs), {work['matmuls']} one-core torch.mm (~"
@@ -197,5 +206,6 @@ def bill_main(args: argparse.Namespace) -> None:
             )
     rows = bill_rows(cases, runs, (args.goal_cpu, args.goal_memory_mib))
     quick = " (--quick: a small run, not the 8-rank bill)" if args.quick else ""
-    title = f"Trainer cost: the bill per rank, {args.ranks} ranks on one host{quick}"
+    options = "".join(f", {k} {v}" for k, v in common["loader_options"].items())
+    title = f"Trainer cost: the bill per rank, {args.ranks} ranks on one host{options}{quick}"
     emit(args, title, rows, BILL_COLUMNS, bill_notes(common, work, args))
