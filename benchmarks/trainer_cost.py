@@ -1,4 +1,13 @@
-"""What a training step pays for its data: step-time overhead and CPU per token of each loader.
+"""What a training step pays for its data: the bill per rank, step-time overhead, CPU per token.
+
+Two tables. By default (``--ranks 8``; ``--quick``: 2 ranks, 2e6 tokens, 1 repeat) the bill
+per rank when ranks share a host (issue 35): ``--ranks`` rank processes started together,
+each with its own loader and workers and the pinned step below, for every worker kind
+(``--worker-kinds in-process,thread,process``, each non-zero ``--num-workers`` count) and
+layout (``--layouts full,compact,masks``) beside ``DataLoader``/``StatefulDataLoader``: the
+loaders' CPU seconds per 10^9 tokens over all ranks and each rank's peak PSS/USS from
+``/proc/PID/smaps_rollup`` (``_rank_bill.py``, ``_rank_report.py`` say how). With
+``--ranks 0``, the single-process table of step-time overhead described below.
 
 A stand-in training step copies the batch into preallocated "device" buffers (``copy_``, the
 CPU stand-in for the host-to-device copy of ``input_ids``/``labels``, or of a compact batch's
@@ -22,8 +31,9 @@ same repeat), time in ``next()``, the process tree's CPU seconds per 10^9 input 
 beyond ``none``, and off the training thread), tokens/s relative to ``none``.
 
 Example:
-    python benchmarks/trainer_cost.py
-    python benchmarks/trainer_cost.py --modes concat --compact off --peers DataLoader --repeats 3
+    python benchmarks/trainer_cost.py                      # 8 ranks: the bill per rank
+    python benchmarks/trainer_cost.py --quick --repeats 3 --num-workers 1,2   # 2 ranks
+    python benchmarks/trainer_cost.py --ranks 0 --modes concat --compact off --peers DataLoader
 """
 
 from __future__ import annotations
