@@ -10,8 +10,10 @@ same work.
 from __future__ import annotations
 
 import argparse
+import math
 import time
 import timeit
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import psutil
@@ -96,6 +98,18 @@ def calibrate(args: argparse.Namespace) -> tuple[TrainStep, dict[str, float]]:
     return TrainStep(iterations, matmuls), work
 
 
+def timed_window(warmup_steps: int, steps: int, chunk: int) -> tuple[int, int]:
+    """(warm-up steps, timed steps). streamload hands batches over in chunks of ``chunk`` and
+    makes one when one is consumed: its window starts half a chunk past a chunk boundary and
+    holds whole chunks (``steps`` rounded), so every repeat times the same number of chunk
+    productions (``chunk`` <= 1: the steps as given)."""
+    if chunk <= 1:
+        return warmup_steps, steps
+    half = chunk // 2
+    warmup = half + chunk * math.ceil(max(0, warmup_steps - half) / chunk)
+    return warmup, chunk * max(1, round(steps / chunk))
+
+
 class CpuMeter:
     """CPU seconds of this process (all threads; the training thread apart) and its children."""
 
@@ -121,3 +135,38 @@ def _cpu(process: psutil.Process) -> float:
     except psutil.NoSuchProcess:
         return 0.0
     return float(times.user + times.system)
+
+
+@dataclass(frozen=True)
+class Timed:
+    """One timed window of steps."""
+
+    wall_s: float
+    """Wall time of the window, ``next()`` included."""
+    wait_s: float
+    """Of which inside ``next()``."""
+    next_cpu_s: float
+    """CPU of the training thread inside ``next()``."""
+    cpu_s: float
+    """The process tree's CPU (this process, all threads, and its children)."""
+    off_main_s: float
+    """Of which not on the training thread (loader threads, worker processes)."""
+
+
+def time_steps(batches: Iterator[Batch], step: Callable[[Batch], None], steps: int) -> Timed:
+    """Run ``steps`` steps on ``next(batches)``; their wall time, time and CPU in ``next()``,
+    and the tree's CPU."""
+    meter, wait, next_cpu = CpuMeter(), 0.0, 0.0
+    start = time.perf_counter()
+    for _ in range(steps):
+        # thread_time() is a system call, where a loaded machine may switch threads: outside
+        # the wall-time window, or an idle next() would be charged for another's run.
+        asked_cpu = time.thread_time()
+        asked = time.perf_counter()
+        batch = next(batches)
+        wait += time.perf_counter() - asked
+        next_cpu += time.thread_time() - asked_cpu
+        step(batch)
+    wall = time.perf_counter() - start
+    cpu, off_main = meter.stop()
+    return Timed(wall, wait, next_cpu, cpu, off_main)

@@ -1,4 +1,13 @@
-"""What a training step pays for its data: step-time overhead and CPU per token of each loader.
+"""What a training step pays for its data: the bill per rank, step-time overhead, CPU per token.
+
+Two tables. By default (``--ranks 8``; ``--quick``: 2 ranks, 2e6 tokens, 1 repeat) the bill
+per rank when ranks share a host (issue 35): ``--ranks`` rank processes started together,
+each with its own loader and workers and the pinned step below, for every worker kind
+(``--worker-kinds in-process,thread,process``, each non-zero ``--num-workers`` count) and
+layout (``--layouts full,compact,masks``) beside ``DataLoader``/``StatefulDataLoader``: the
+loaders' CPU seconds per 10^9 tokens over all ranks and each rank's peak PSS/USS from
+``/proc/PID/smaps_rollup`` (``_rank_bill.py``, ``_rank_report.py`` say how). With
+``--ranks 0``, the single-process table of step-time overhead described below.
 
 A stand-in training step copies the batch into preallocated "device" buffers (``copy_``, the
 CPU stand-in for the host-to-device copy of ``input_ids``/``labels``, or of a compact batch's
@@ -22,8 +31,9 @@ same repeat), time in ``next()``, the process tree's CPU seconds per 10^9 input 
 beyond ``none``, and off the training thread), tokens/s relative to ``none``.
 
 Example:
-    python benchmarks/trainer_cost.py
-    python benchmarks/trainer_cost.py --modes concat --compact off --peers DataLoader --repeats 3
+    python benchmarks/trainer_cost.py                      # 8 ranks: the bill per rank
+    python benchmarks/trainer_cost.py --quick --repeats 3 --num-workers 1,2   # 2 ranks
+    python benchmarks/trainer_cost.py --ranks 0 --modes concat --compact off --peers DataLoader
 """
 
 from __future__ import annotations
@@ -32,9 +42,7 @@ import argparse
 import collections
 import gc
 import itertools
-import math
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +60,8 @@ from _common import (
     str_list,
     worker_label,
 )
-from _train_step import MATRIX, CpuMeter, TrainStep, calibrate
+from _rank_report import add_bill_args, bill_main, resolve_bill_args
+from _train_step import MATRIX, TrainStep, calibrate, time_steps, timed_window
 from throughput import PAD_TOKEN_ID, PeerDataset, Windows
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -138,39 +147,19 @@ def open_case(case: Case, bench: Bench) -> tuple[Iterator[Batch], Callable[[], N
     return iter(stream_loader), stream_loader.close, chunk
 
 
-def timed_window(args: argparse.Namespace, chunk: int) -> tuple[int, int]:
-    """(warm-up steps, timed steps). streamload hands batches over in chunks and makes one
-    when one is consumed: its window starts half a chunk past a chunk boundary and holds whole
-    chunks (``--steps`` rounded), so every repeat times the same number of chunk productions."""
-    if chunk <= 1:
-        return args.warmup_steps, args.steps
-    half = chunk // 2
-    warmup = half + chunk * math.ceil(max(0, args.warmup_steps - half) / chunk)
-    return warmup, chunk * max(1, round(args.steps / chunk))
-
-
 def measure(case: Case, bench: Bench) -> Run:
     """Warm up, then time the case's steps: wall time, time in ``next()``, CPU."""
     step = bench.step
     batches, close, chunk = open_case(case, bench)
     try:
-        warmup, steps = timed_window(bench.args, chunk)
+        warmup, steps = timed_window(bench.args.warmup_steps, bench.args.steps, chunk)
         for _ in range(warmup):
             step(next(batches))
         gc.collect()
-        meter = CpuMeter()
-        wait = 0.0
-        start = time.perf_counter()
-        for _ in range(steps):
-            asked = time.perf_counter()
-            batch = next(batches)
-            wait += time.perf_counter() - asked
-            step(batch)
-        elapsed = time.perf_counter() - start
-        cpu, off_main = meter.stop()
+        timed = time_steps(batches, step, steps)
     finally:
         close()
-    return Run(steps, elapsed / steps, wait / steps, cpu, off_main)
+    return Run(steps, timed.wall_s / steps, timed.wait_s / steps, timed.cpu_s, timed.off_main_s)
 
 
 def case_config(paths: Sequence[str], args: argparse.Namespace, case: Case) -> dict[str, Any]:
@@ -289,7 +278,8 @@ def notes(args: argparse.Namespace, work: dict[str, float]) -> list[str]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     add_common_args(parser)
-    parser.set_defaults(repeats=5)
+    parser.set_defaults(repeats=None)  # 5 for the single-process table; see resolve_bill_args
+    add_bill_args(parser)
     parser.add_argument("--corpus-tokens", type=float, default=1e8, help="corpus size")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=200, help="timed steps per case")
@@ -304,6 +294,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--peers", type=str_list, default=list(PEERS), help=",".join(PEERS))
     parser.add_argument("--peer-workers", type=int, default=2, help="peer worker processes")
     args = parser.parse_args(argv)
+    resolve_bill_args(parser, args)
     for flag, allowed in (("modes", MODES), ("worker_types", WORKER_TYPES), ("peers", PEERS)):
         if not set(getattr(args, flag)) <= set(allowed):
             name, given = flag.replace("_", "-"), ",".join(getattr(args, flag))
@@ -318,6 +309,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.ranks:
+        bill_main(args)
+        return
     torch.set_num_threads(1)  # the step's GIL-free part uses one core
     paths = ensure_corpus(args.data_dir, int(args.corpus_tokens), args.shard_tokens)
     cases = make_cases(args)

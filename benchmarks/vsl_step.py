@@ -44,33 +44,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import add_common_args, bench_config, emit, ensure_corpus, median, str_list
+from _gpt import Block
 from torch import nn
 
 import streamload
 
 Batch = dict[str, torch.Tensor]
 CURRICULA = ("natural", "grow_p2", "grow_linear", "cyclic_p2")
-
-
-class Block(nn.Module):
-    """Pre-norm block: causal self-attention, then a 4x GELU MLP."""
-
-    def __init__(self, d_model: int, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
-        self.qkv, self.out = nn.Linear(d_model, 3 * d_model), nn.Linear(d_model, d_model)
-        self.mlp = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows, length, width = x.shape
-        qkv = self.qkv(self.norm1(x)).view(rows, length, 3, self.heads, width // self.heads)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4)
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.out(attended.transpose(1, 2).reshape(rows, length, width))
-        return x + self.mlp(self.norm2(x))
 
 
 class TinyLM(nn.Module):

@@ -3,9 +3,11 @@
     python examples/packed_varlen.py     # CPU: about 3 s (10 steps); CUDA: a varlen kernel
     python examples/packed_varlen.py --steps 200 --seq-len 512 --batch-size 16  # larger
 
-Attention: on CUDA flash-attn's ``flash_attn_varlen_func`` when installed, else torch's
-``torch.nn.attention.varlen.varlen_attn`` (torch >= 2.10; no extra package); on CPU, where
-neither kernel runs, a dense reference (one ``scaled_dot_product_attention`` per segment).
+Attention: on CUDA flash-attn's ``flash_attn_varlen_func`` when installed, else torch's own
+flash kernel ``torch.nn.attention.varlen.varlen_attn`` (torch >= 2.10; no extra package;
+causal is ``window_size=(-1, 0)``); on CPU, where neither kernel runs, a dense
+``scaled_dot_product_attention`` per row under a block-causal mask built from the segments'
+ids (what the batch's ``doc_ids`` hold), the same result at ``O(L^2)`` per row.
 
 With ``sampling.mode = "packed"`` and ``[packing] masks = true``, a batch row holds whole
 documents, then ``pad_token_id``. The model flattens the ``[b, seq_len]`` tokens to
@@ -82,19 +84,42 @@ def varlen_attention(
     return torch.cat(outs)
 
 
-def attention(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, m: int) -> Tensor:
-    """Causal varlen attention: on CUDA flash-attn's kernel when installed, else torch's
-    ``torch.nn.attention.varlen.varlen_attn`` where this torch has it; on CPU (neither
-    kernel runs there) the dense reference, one ``scaled_dot_product_attention`` per segment."""
+def segment_ids(cu_seqlens: Tensor, rows: int) -> Tensor:
+    """Flat ``cu_seqlens`` over ``rows`` rows of equal length → ``[rows, L]`` segment numbers:
+    two tokens of a row share one exactly when they share a ``doc_ids`` value (documents and
+    the padding; zero-length segments take no token)."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    ids = torch.repeat_interleave(torch.arange(lengths.numel(), device=lengths.device), lengths)
+    return ids.view(rows, -1)
+
+
+def dense_doc_attention(q: Tensor, k: Tensor, v: Tensor, doc_ids: Tensor) -> Tensor:
+    """Causal attention inside each document, dense: flat ``[b * L, heads, dim]`` q/k/v and
+    ``[b, L]`` document ids; token i sees token j iff same id and ``j <= i``."""
+    b, length = doc_ids.shape
+    causal = torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+    mask = (doc_ids[:, :, None] == doc_ids[:, None, :]) & causal  # [b, L, L]
+    qr, kr, vr = (x.unflatten(0, (b, length)).transpose(1, 2) for x in (q, k, v))  # [b, h, L, d]
+    out = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=mask[:, None])
+    return out.transpose(1, 2).flatten(0, 1)
+
+
+def attention(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, m: int, rows: int = 1) -> Tensor:
+    """Causal varlen attention over ``rows`` rows flattened to ``[rows * L, heads, dim]``: on
+    CUDA flash-attn's kernel when installed, else torch's
+    ``torch.nn.attention.varlen.varlen_attn`` where this torch has it; on CPU (neither kernel
+    runs there) dense attention under the block-causal mask of the segments' ids."""
     if q.is_cuda and (flash_attn_varlen_func is not None or varlen_attn is not None):
-        half = [x.bfloat16() for x in (q, k, v)]  # both kernels take fp16/bf16 only
+        # Both kernels take fp16/bf16. Contiguous as in their documented calls: under autocast
+        # q, k, v are already bf16 strided views of one qkv projection (a copy only then).
+        half = [x.bfloat16().contiguous() for x in (q, k, v)]
         cu = cu.to(torch.int32)
         if flash_attn_varlen_func is not None:
             out: Tensor = flash_attn_varlen_func(*half, cu, cu, m, m, causal=True)
         else:  # causal: no key after the query, any number before it
             out = varlen_attn(*half, cu, cu, m, m, window_size=(-1, 0))
         return out.to(q.dtype)
-    return varlen_attention(q, k, v, cu, m, causal=True)
+    return dense_doc_attention(q, k, v, segment_ids(cu, rows))
 
 
 def attention_kind(device: torch.device) -> str:
@@ -103,7 +128,7 @@ def attention_kind(device: torch.device) -> str:
         return "flash_attn_varlen_func"
     if device.type == "cuda" and varlen_attn is not None:
         return "torch.nn.attention.varlen.varlen_attn"
-    return "dense reference (scaled_dot_product_attention per segment)"
+    return "dense reference (scaled_dot_product_attention, block-causal mask from doc ids)"
 
 
 class TinyLM(torch.nn.Module):
@@ -123,7 +148,7 @@ class TinyLM(torch.nn.Module):
         """``[b, L]`` ids and positions, flat ``cu_seqlens`` → logits ``[b * L, vocab]``."""
         x = (self.embed(input_ids) + self.pos(position_ids)).flatten(0, 1)  # [b * L, dim]
         q, k, v = self.qkv(self.norm(x)).unflatten(1, (3, self.heads, -1)).unbind(1)
-        x = x + self.proj(attention(q, k, v, cu, m).flatten(1))
+        x = x + self.proj(attention(q, k, v, cu, m, rows=input_ids.shape[0]).flatten(1))
         return self.head(x)
 
 

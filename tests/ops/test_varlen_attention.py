@@ -196,3 +196,24 @@ def test_cuda_kernels_match_the_reference(
     cuda = [x.cuda() for x in (q, k, v, cu_seqlens)]
     got = call(*cuda, max_seqlen).cpu()
     torch.testing.assert_close(got, expected, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("seq_len", SEQ_LENS)
+def test_cpu_attention_is_dense_under_the_segments_doc_ids(
+    example: Any, batches: dict[int, list[Batch]], seq_len: int
+) -> None:
+    """On CPU the example's ``attention`` (dense, block-causal mask of ``segment_ids``) equals
+    the per-segment reference on every batch; ``segment_ids`` groups a row's tokens exactly
+    as its ``doc_ids`` do."""
+    generator = torch.Generator().manual_seed(seq_len + 1)
+    for batch in batches[seq_len]:
+        b = batch["input_ids"].shape[0]
+        cu_seqlens, max_seqlen = flatten_cu_seqlens(batch["cu_seqlens"])
+        ids = example.segment_ids(cu_seqlens, b)
+        same = ids[:, :, None] == ids[:, None, :]
+        docs = batch["doc_ids"]
+        assert torch.equal(same, docs[:, :, None] == docs[:, None, :])
+        q, k, v = torch.randn(3, b * seq_len, 2, 8, generator=generator).unbind(0)
+        expected = example.varlen_attention(q, k, v, cu_seqlens, max_seqlen)
+        got = example.attention(q, k, v, cu_seqlens, max_seqlen, rows=b)
+        torch.testing.assert_close(got, expected)
