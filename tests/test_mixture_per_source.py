@@ -20,7 +20,15 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from streamload import ConfigError, RankSpec, SampleStream, StateError, StreamDataset, build_loader
+from streamload import (
+    ConfigError,
+    LoaderOptions,
+    RankSpec,
+    SampleStream,
+    StateError,
+    StreamDataset,
+    build_loader,
+)
 from streamload import load_config as load
 from streamload.plan._exact import integer_weights
 from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
@@ -31,7 +39,6 @@ from tests.test_mixture_loader import (
     WEIGHTS,
     Ranks,
     assert_own_sequences,
-    counts_per_step,
     decode,
     mixture,
     per_source,
@@ -128,8 +135,6 @@ class RanksOf(Ranks):
     """:class:`Ranks` with an explicit per-rank batch size (gradient accumulation)."""
 
     def __init__(self, cfg: dict[str, Any], world: int, b: int, chunk: int) -> None:
-        from streamload import LoaderOptions
-
         options = LoaderOptions(chunk_batches=chunk)
         self.loaders = [
             build_loader(cfg, batch_size=b, rank=r, world_size=world, options=options)
