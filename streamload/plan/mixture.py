@@ -23,6 +23,10 @@ machine and Python version. A weight of 0.7 is 7/10: with B = 10 it gets exactly
 Within a batch, sources are interleaved evenly (source s's k-th sample sits at fraction
 ``(k + ½) / c_s`` of the batch), so every rank's contiguous share sees the same mix.
 
+Per-source batches (``Phase.per_source``, ``[mixture] batching = "per_source"``): each
+global batch goes whole to one source, chosen by the quota rule of
+:mod:`streamload.plan._source_rule`; the cursor, replay and bounds keep their meaning.
+
 Schedules: phase ``p`` starts at global step ``start_step`` with new weights; deficits are
 measured from the phase start, so a change applies exactly at that batch and per-source
 cursors simply continue — no source skips or repeats data because weights changed.
