@@ -16,7 +16,9 @@ ahead by a batch or more, and never behind by ``(S − 1)`` of the largest batch
 
 Decisions are exact: weight ``i`` is ``n_i / T`` (:mod:`streamload.plan._exact`); with ``L`` the
 least common multiple of the positive ``n_i``, the due time is the integer ``(d_i + B)·(L / n_i)``
-and the quota ``d_i·T < n_i·(t + B)``, in int64 where they fit, else Python integers.
+and the quota ``d_i·T < n_i·(t + B)``, in int64 where they fit; else float64 decides the steps
+whose quotas and earliest due are clear by far more than rounding, and Python integers the
+others.
 
 Walking is vectorized by guessing and checking (as :mod:`streamload.plan.mixture_counts`): a
 block of steps is guessed (the last period of the choices repeated, or at the start the due
@@ -39,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -50,6 +53,8 @@ _MAX_PERIOD = 1 << 16
 """Longest period (``T`` steps) walked once and then repeated."""
 _FIRST_GUESS = 64
 """Steps a guess covers after a miss (each right guess doubles it)."""
+_REPAIRS = 8
+"""Checks of one block, each repairing the misses it found, before keeping its exact part."""
 _MAX_CELLS = 1 << 20
 """Rows × sources of one checked block (bounded memory)."""
 _INT64_SAFE = 1 << 62
@@ -68,8 +73,10 @@ class SourceWalk:
     """
 
     def __init__(self, weights: tuple[float, ...], size: int, since: np.ndarray) -> None:
-        nums, self.total = integer_weights(weights)
-        self.nums = nums
+        nums, total = integer_weights(weights)
+        common = math.gcd(*nums)  # only ratios matter: 1/3 each becomes (1, 1, 1) over 3
+        self.nums, self.total = [n // common for n in nums], total // common
+        nums = self.nums
         self.size = size
         self.since = np.array(since, dtype=np.int64)
         positive = [n for n in nums if n > 0]
@@ -117,17 +124,21 @@ class SourceWalk:
         return None
 
     def _checked(self, count: int) -> np.ndarray:
-        """The next ``count`` choices by guessing and checking (module docstring)."""
+        """The next ``count`` choices by guessing, checking and repairing (module docstring)."""
         out: list[np.ndarray] = []
         done, span = 0, _FIRST_GUESS
         cap = max(1, _MAX_CELLS // len(self.nums))
         while done < count:
             guess = self._guess(min(count - done, span, cap))
-            actual = self._check(guess)
-            wrong = np.flatnonzero(actual != guess)
+            for _ in range(_REPAIRS):
+                actual = self._check(guess)
+                wrong = np.flatnonzero(actual != guess)
+                if not wrong.size:
+                    break
+                guess = _repaired(guess, actual, wrong)
             if wrong.size:  # exact up to and including the first miss
                 actual = actual[: wrong[0] + 1]
-                span = _FIRST_GUESS
+                span = max(_FIRST_GUESS, span // 2)
             else:
                 span *= 2
             self.since += np.bincount(actual, minlength=len(self.nums)) * self.size
@@ -150,15 +161,60 @@ class SourceWalk:
         onehot[np.arange(n), guess] = size
         drawn = self.since + np.cumsum(onehot, axis=0) - onehot  # before each step
         after = int(self.since.sum()) + size * np.arange(1, n + 1, dtype=np.int64)  # t + B
-        largest = (int(after[-1]) + size) * max(self.total, self.lcm, max(self.scale))
-        dtype: type = np.int64 if largest < _INT64_SAFE else object
-        drawn = drawn.astype(dtype)
-        nums = np.array(self.nums, dtype=dtype)
-        quota = drawn * self.total < nums[None, :] * after.astype(dtype)[:, None]
-        due = (drawn + size) * np.array(self.scale, dtype=dtype)[None, :]
-        never = np.iinfo(np.int64).max if dtype is np.int64 else largest + 1
-        due = np.where(quota & (nums > 0)[None, :], due, never)
+        largest = (int(after[-1]) + size) * max(self.total, self.lcm)
+        if largest >= _INT64_SAFE:
+            return self._check_floats(drawn, after)
+        nums = np.array(self.nums, dtype=np.int64)
+        quota = drawn * self.total < nums[None, :] * after[:, None]
+        due = (drawn + size) * np.array(self.scale, dtype=np.int64)[None, :]
+        due = np.where(quota & (nums > 0)[None, :], due, np.iinfo(np.int64).max)
         return np.argmin(due, axis=1).astype(np.int64)  # the first minimum: the lowest index
+
+    def _check_floats(self, drawn: np.ndarray, after: np.ndarray) -> np.ndarray:
+        """:meth:`_check` where the integer keys outgrow int64: float64 decides every row
+        whose quotas and earliest due are clear by far more than rounding (a few ulps of the
+        magnitudes), the exact rule the others."""
+        weights = np.array([x / self.total for x in self.nums], dtype=np.float64)  # rounded once
+        live = weights > 0
+        gap = weights[None, :] * after[:, None].astype(np.float64) - drawn
+        tol = 2.0**-48 * (after[:, None].astype(np.float64) + np.abs(drawn))
+        quota = (gap > tol) & live[None, :]
+        with np.errstate(divide="ignore"):
+            due = np.where(quota, (drawn + self.size) / np.where(live, weights, 1.0), np.inf)
+        best = due.min(axis=1)
+        near = due <= best[:, None] * (1 + 2.0**-46)
+        unsure = (np.abs(gap) <= tol).any(axis=1) | (near.sum(axis=1) > 1)
+        out = np.argmin(due, axis=1).astype(np.int64)
+        for row in np.flatnonzero(unsure).tolist():
+            out[row] = self._exact(drawn[row].tolist(), int(after[row]))
+        return out
+
+    def _exact(self, drawn: list[int], after: int) -> int:
+        """The rule for one step in Python integers (``after``: the phase's samples with it)."""
+        nums, total, size = self.nums, self.total, self.size
+        under = [i for i, n in enumerate(nums) if n and drawn[i] * total < n * after]
+        return min(under, key=lambda i: (Fraction(drawn[i] + size, nums[i]), i))
+
+
+def _repaired(guess: np.ndarray, actual: np.ndarray, wrong: np.ndarray) -> np.ndarray:
+    """``guess`` with its misses moved into place: at a miss ``m`` the rule's source ``x``
+    takes the step and the guessed steps up to ``x``'s next one (at ``g``) move one later, so
+    the counts before every step after ``g`` are unchanged and its check still holds; misses
+    up to ``g`` wait for the next check."""
+    new = guess.copy()
+    positions = [np.flatnonzero(guess == s) for s in range(int(guess.max()) + 1)]
+    dirty = -1
+    for m in wrong.tolist():
+        if m <= dirty:
+            continue
+        x = int(actual[m])
+        later = positions[x] if x < len(positions) else positions[0][:0]
+        k = int(np.searchsorted(later, m))
+        g = int(later[k]) if k < later.size else guess.size - 1
+        new[m + 1 : g + 1] = guess[m:g]
+        new[m] = x
+        dirty = g
+    return new
 
 
 def share_bounds(

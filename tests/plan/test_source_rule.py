@@ -207,3 +207,22 @@ def test_random_access_far_into_a_phase_is_fast_and_consistent() -> None:
         pieces = advance_cursor(phases, 8, pieces, count)
     assert far == pieces
     assert far.drawn == (2_240_000 + 2_160_000, 640_000 + 1_680_000, 320_000 + 960_000)
+
+
+@PROPERTY
+@given(weight_sets(), st.integers(1, 9), st.integers(0, 300))
+def test_the_float_path_decides_as_the_integers(
+    weights: tuple[float, ...], size: int, steps: int
+) -> None:
+    """Where integer keys would outgrow int64, floats decide the clear steps and exact
+    integers the rest (ties of equal weights included): the same choices."""
+    exact = SourceWalk(weights, size, np.zeros(len(weights), np.int64)).choices(steps)
+    original = _source_rule._INT64_SAFE
+    try:
+        _source_rule._INT64_SAFE = 0
+        floats = SourceWalk(weights, size, np.zeros(len(weights), np.int64)).choices(steps)
+    finally:
+        _source_rule._INT64_SAFE = original
+    assert (
+        floats.tolist() == exact.tolist() == reference(weights, [size] * steps, [0] * len(weights))
+    )
