@@ -21,21 +21,26 @@ whose quotas and earliest due are clear by far more than rounding, and Python in
 others.
 
 Walking is vectorized by guessing and checking (as :mod:`streamload.plan.mixture_counts`): a
-block of steps is guessed (the last period of the choices repeated, or at the start the due
-times without the quota), then every step's choice is recomputed from the guessed steps before
-it, all rows at once; the steps up to and including the first wrong guess are kept, so the
-result never depends on the guess. Worked example, weights (0.5, 0.3, 0.2), B = 1:
+block of steps is guessed (the sources in order of their due times, the rule without its
+quota), then every step's choice is recomputed from the guessed steps before it, all rows at
+once; each miss is moved into place (the steps up to that source's next one shift by one, so
+the counts before every later step, and their checks, stay) and the block is checked again;
+the steps up to and including the first remaining miss are kept, so the result never depends
+on the guess. Weights whose denominator ``T`` is small repeat every ``T`` steps (then every
+source has exactly ``n_i`` of them), so a walk of many steps walks one period and repeats it.
+
+Worked example, weights (0.5, 0.3, 0.2), B = 1:
 
 | step | quota (``d < w·(t+1)``) | due ``(d + 1)/w`` | to | counts |
 |---|---|---|---|---|
 | 0 | all | 2, 3.3, 5 | 0 | 1, 0, 0 |
 | 1 | 0: 1 < 1 no | -, 3.3, 5 | 1 | 1, 1, 0 |
-| 2 | all | 4, 6.7, 5 | 0 | 2, 1, 0 |
+| 2 | 1: 1 < 0.9 no | 4, -, 5 | 0 | 2, 1, 0 |
 | 3 | 0: 2 < 2 no | -, 6.7, 5 | 2 | 2, 1, 1 |
 
 Example:
     >>> SourceWalk((0.5, 0.3, 0.2), 1, np.zeros(3, np.int64)).choices(10).tolist()
-    [0, 1, 0, 2, 0, 1, 0, 1, 2, 0]
+    [0, 1, 0, 2, 0, 1, 0, 1, 0, 2]
 """
 
 from __future__ import annotations
