@@ -62,3 +62,16 @@ def test_show_a_step(tmp_path: Path, capsys) -> None:
     batch = next(b for step, b in enumerate(loader) if step == 77)
     assert [s["input_ids"] for s in report["samples"]] == batch["input_ids"].tolist()
     assert len({s["source"] for s in report["samples"]}) == 1
+
+
+def test_the_report_names_the_deviation_over_prefixes(tmp_path: Path, capsys) -> None:
+    """Per-source phases report how far a source's samples since the phase began stray from
+    its share (less than one step of B = 10 samples), not a per-batch deviation."""
+    config = write_mixture(tmp_path, mixture=PER_SOURCE)
+    assert main(["plan", str(config), "--steps", "400", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    for phase in report["phases"]:
+        assert "max_batch_deviation" not in phase
+        assert 0 < phase["max_prefix_deviation"] < 10
+    assert main(["plan", str(config), "--steps", "400"]) == 0
+    assert "one source a step; max deviation from the share" in capsys.readouterr().out
