@@ -48,7 +48,7 @@ from tests.test_mixture_properties import cases
 
 pytestmark = pytest.mark.filterwarnings("ignore:each pass of", "ignore:the stream ended")
 PER_SOURCE = {"batching": "per_source"}
-PROPERTY = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 Batch = dict[str, torch.Tensor]
 
 
@@ -290,3 +290,9 @@ def test_refused_configs_name_the_key(
         cfg.pop("global_batch_size")
     with pytest.raises(ConfigError, match=match):
         load(cfg)
+
+
+def test_the_config_prints_back(paths: dict[str, str]) -> None:
+    cfg = load(config(paths))
+    assert cfg.to_dict()["mixture"]["batching"] == "per_source"
+    assert type(cfg).from_dict(cfg.to_dict()) == cfg
