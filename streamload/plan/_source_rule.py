@@ -45,6 +45,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -78,15 +79,9 @@ class SourceWalk:
     """
 
     def __init__(self, weights: tuple[float, ...], size: int, since: np.ndarray) -> None:
-        nums, total = integer_weights(weights)
-        common = math.gcd(*nums)  # only ratios matter: 1/3 each becomes (1, 1, 1) over 3
-        self.nums, self.total = [n // common for n in nums], total // common
-        nums = self.nums
+        self.nums, self.total, self.lcm, self.scale, self.floats = _weights_of(weights)
         self.size = size
         self.since = np.array(since, dtype=np.int64)
-        positive = [n for n in nums if n > 0]
-        self.lcm = math.lcm(*positive)
-        self.scale = [self.lcm // n if n > 0 else 0 for n in nums]
 
     def block(self, count: int) -> np.ndarray:
         """int64 ``[count, S]``: samples per source of the next ``count`` steps (one-hot × B)."""
@@ -153,7 +148,7 @@ class SourceWalk:
 
     def _guess(self, n: int) -> np.ndarray:
         """The sources in order of their due times from here (the rule without its quota)."""
-        weights = np.array(self.nums, dtype=np.float64) / self.total
+        weights = self.floats
         live = np.flatnonzero(weights > 0)
         due = (self.since[live, None] + self.size * np.arange(1, n + 1)) / weights[live, None]
         order = np.argsort(due.T.ravel(), kind="stable")[:n]  # step-major: ties to low index
@@ -167,7 +162,7 @@ class SourceWalk:
         drawn = self.since + np.cumsum(onehot, axis=0) - onehot  # before each step
         after = int(self.since.sum()) + size * np.arange(1, n + 1, dtype=np.int64)  # t + B
         largest = (int(after[-1]) + size) * max(self.total, self.lcm)
-        if largest >= _INT64_SAFE:
+        if largest >= _INT64_SAFE or not self.lcm:
             return self._check_floats(drawn, after)
         nums = np.array(self.nums, dtype=np.int64)
         quota = drawn * self.total < nums[None, :] * after[:, None]
@@ -179,7 +174,7 @@ class SourceWalk:
         """:meth:`_check` where the integer keys outgrow int64: float64 decides every row
         whose quotas and earliest due are clear by far more than rounding (a few ulps of the
         magnitudes), the exact rule the others."""
-        weights = np.array([x / self.total for x in self.nums], dtype=np.float64)  # rounded once
+        weights = self.floats
         live = weights > 0
         gap = weights[None, :] * after[:, None].astype(np.float64) - drawn
         tol = 2.0**-48 * (after[:, None].astype(np.float64) + np.abs(drawn))
@@ -199,6 +194,35 @@ class SourceWalk:
         nums, total, size = self.nums, self.total, self.size
         under = [i for i, n in enumerate(nums) if n and drawn[i] * total < n * after]
         return min(under, key=lambda i: (Fraction(drawn[i] + size, nums[i]), i))
+
+
+@functools.lru_cache(maxsize=64)
+def _weights_of(
+    weights: tuple[float, ...],
+) -> tuple[list[int], int, int, list[int], np.ndarray]:
+    """A phase's exact weights ``n_i / T`` (reduced: only ratios matter, so 1/3 each becomes
+    (1, 1, 1) over 3), ``L`` (0 past int64: floats decide then), ``L / n_i`` (0 for a zero
+    weight) and the float weights, each ``n_i / T`` correctly rounded (cached: a loader walks
+    the same phase chunk after chunk)."""
+    nums, total = integer_weights(weights)
+    common = math.gcd(*nums)
+    nums, total = [n // common for n in nums], total // common
+    lcm = _bounded_lcm([n for n in nums if n > 0])
+    scale = [lcm // n if n > 0 and lcm else 0 for n in nums]
+    floats = np.array([n / total for n in nums], dtype=np.float64)
+    floats.flags.writeable = False
+    return nums, total, lcm, scale, floats
+
+
+def _bounded_lcm(values: list[int]) -> int:
+    """The least common multiple of ``values``, or 0 once it passes int64 (1,000 weights of
+    17 digits would make it thousands of digits long, for nothing)."""
+    out = 1
+    for value in values:
+        out = out * value // math.gcd(out, value)
+        if out >= _INT64_SAFE:
+            return 0
+    return out
 
 
 def _repaired(guess: np.ndarray, actual: np.ndarray, wrong: np.ndarray) -> np.ndarray:
