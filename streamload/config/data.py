@@ -29,6 +29,12 @@ from streamload.config.options import (
     PhaseConfig,
     SamplingConfig,
 )
+from streamload.config.seq_len import (
+    SeqLenPhaseConfig,
+    SeqLenWarmupConfig,
+    check_seq_len_schedule,
+    seq_len_tables,
+)
 from streamload.config.source import SourceConfig
 from streamload.config.storage import StorageConfig
 from streamload.errors import ConfigError, add_note
@@ -65,6 +71,9 @@ class DataConfig:
         packing: Packing-mask options.
         mixture: How weights are read (several sources).
         schedule: Weight phases by global step (annealing).
+        seq_len_schedule: Row lengths by optimizer step (sequence-length warm-up; windows
+            are carved at ``seq_len`` and cut into shorter rows: docs/config.md).
+        seq_len_warmup: The shorthand of such a schedule: OLMo-core's doubling warm-up.
         storage: Fetching and caching of remote shards (never changes the order, so it is
             not in the fingerprint).
     """
@@ -81,6 +90,8 @@ class DataConfig:
     packing: PackingConfig = field(default_factory=PackingConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     schedule: tuple[PhaseConfig, ...] = ()
+    seq_len_schedule: tuple[SeqLenPhaseConfig, ...] = ()
+    seq_len_warmup: SeqLenWarmupConfig | None = None
     storage: StorageConfig = field(default_factory=StorageConfig)
 
     @property
@@ -119,13 +130,15 @@ class DataConfig:
             token = getattr(self, name)
             if self.vocab_size is not None and token is not None and token >= self.vocab_size:
                 raise ConfigError(f"{name} = {token} must be < vocab_size = {self.vocab_size}")
-        if isinstance(self.schedule, list):
-            object.__setattr__(self, "schedule", tuple(self.schedule))
+        for name in ("schedule", "seq_len_schedule"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         weights = [s.weight for s in self.sources if s.weight is not None]
         check_weight_sum(weights, "source weights")
         mode_plugin(self.sampling.mode_name).check_config(self)
         if self.is_mixture:
             self._check_mixture(names)
+        check_seq_len_schedule(self)
 
     def _check_mixture(self, names: list[str]) -> None:
         missing = [s.name for s in self.sources if s.weight is None]
@@ -173,7 +186,7 @@ class DataConfig:
             raise ConfigError("sources must be a list of [[sources]] tables")
         sources = tuple(_source_from_dict(s, i, base_dir) for i, s in enumerate(raw_sources))
         nested = ("sources", "sampling", "packing", "mixture", "schedule", "storage")
-        kwargs = {k: v for k, v in data.items() if k not in nested}
+        kwargs = {k: v for k, v in data.items() if k not in nested + _SEQ_LEN_TABLES}
         raw_schedule = data.get("schedule", [])
         if not isinstance(raw_schedule, Sequence) or isinstance(raw_schedule, str):
             raise ConfigError("schedule must be a list of [[schedule]] tables")
@@ -187,6 +200,7 @@ class DataConfig:
             schedule=tuple(
                 _sub(PhaseConfig, p, f"schedule[{i}]") for i, p in enumerate(raw_schedule)
             ),
+            **seq_len_tables(data, _sub),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -195,7 +209,10 @@ class DataConfig:
         Fields that are ``None`` (unset options) are left out; values inside
         ``storage_options`` are kept as they are.
         """
-        return _plain(self)
+        plain = _plain(self)
+        if not plain["seq_len_schedule"]:  # unset: printed as before it existed
+            del plain["seq_len_schedule"]
+        return plain
 
     def to_json(self) -> str:
         """The config as indented JSON.
@@ -218,7 +235,11 @@ _TABLES: dict[str, type] = {
     "[mixture]": MixtureConfig,
     "[[schedule]]": PhaseConfig,
     "[storage]": StorageConfig,
+    "[[seq_len_schedule]]": SeqLenPhaseConfig,
+    "[seq_len_warmup]": SeqLenWarmupConfig,
 }
+_SEQ_LEN_TABLES = ("seq_len_schedule", "seq_len_warmup")
+"""The sequence-length warm-up's tables (read only when given: other configs unchanged)."""
 
 
 @functools.cache
@@ -314,7 +335,7 @@ def _source_from_dict(data: Any, index: int, base_dir: str | None) -> SourceConf
         data["path"] = tuple(_resolve(p, base_dir) for p in path)
     elif isinstance(path, str):
         data["path"] = _resolve(path, base_dir)
-    for key in ("tokenizer", "cache_dir"):
+    for key in ("tokenizer", "cache_dir", "chat_template"):
         if key in data:
             data[key] = _resolve(data[key], base_dir)
     return SourceConfig(**data)

@@ -9,7 +9,7 @@ never branches on a mode's name or type; it asks the mode:
   :attr:`ModeSpec.check_sampling`, :meth:`ModeSpec.check_config` and
   :attr:`ModeSpec.blends_sources`;
 * ``build_loader``: :meth:`ModeSpec.build` (the stream), :meth:`ModeSpec.batch_size`,
-  :meth:`ModeSpec.check_evaluation`;
+  :meth:`ModeSpec.check_evaluation`; ``load_state_dict``: :attr:`ModeSpec.adopt_state`;
 * the nodes and the tools: the stream's :class:`~streamload.streams.layout.BatchLayout`;
 * ``streamload plan`` and ``streamload samples``: the optional report and samples hooks.
 
@@ -87,6 +87,13 @@ class ModeSpec:
             report covers its mixture says no).
         write_samples: ``(stream, request) -> message``: ``streamload samples`` for a mode
             whose batches vary in shape (``None``: rows of one width into ``.npy``).
+        cuts_rows: A sample (a window of ``seq_len + 1`` tokens) may be cut into shorter
+            rows, so ``[[seq_len_schedule]]`` / ``[seq_len_warmup]`` apply
+            (:mod:`streamload.plan.seq_len`; concat and packed).
+        adopt_state: ``(config, saved fingerprint) -> config or None``: the config under
+            which a state saved with an older default resumes, where the config leaves that
+            setting unset (packed: the packing group size of states made before issue 34);
+            ``None`` (or returning it): the config as it is.
     """
 
     name: str
@@ -104,6 +111,8 @@ class ModeSpec:
     plot: Callable[[Any, str], bool] | None = None
     mixture_report: bool = True
     write_samples: Callable[[Any, SamplesRequest], str] | None = None
+    cuts_rows: bool = False
+    adopt_state: Callable[[DataConfig, Any], DataConfig | None] | None = None
 
     def check_config(self, config: DataConfig) -> None:
         """Run the mode's checks of a whole config (the config layer calls this)."""

@@ -8,20 +8,26 @@ Worked example, seq_len 4 (capacity 5 tokens), documents of 7, 1, 0, 5, 3 and 2 
 * :func:`document_items` with ``"split"``: document 0 (7 tokens) becomes pieces ``[0, 5)`` and
   ``[4, 7)`` (stride 4: every next-token pair once); the empty document 2 gives no item. Items
   (id: length) ``0:5 1:3 2:1 3:5 4:3 5:2``. With ``"truncate"`` item 1 is dropped instead and
-  its 2 tokens past the first 5 are counted in ``truncated_tokens``.
-* :func:`pack_items`, capacity 5, one group: by length descending (ties: lower id first)
-  ``0 3 1 4 5 2``. Item 0 opens bin 0 (free 0), item 3 opens bin 1 (free 0), item 1 opens
-  bin 2 (free 2), item 4 opens bin 3 (free 2), item 5 (2 tokens) fits bins 2 and 3 exactly:
-  the tie goes to bin 2, which has had 2 tokens free the longest (free 0); item 2 goes to
-  bin 3 (free 1). Samples ``[0] [3] [1 5] [2 4]``: 4 samples, the bound ``ceil(19 / 5)``.
+  its 2 tokens past the first 5 are counted in ``truncated_tokens``; with ``"drop"`` document
+  0 gives no item at all (items ``0:1 1:5 2:3 3:2``), counted in ``dropped_documents`` (1)
+  and ``dropped_tokens`` (7).
+* :func:`pack_items`, capacity 5 (the whole epoch, or one group): by length descending (ties:
+  lower id first) ``0 3 1 4 5 2``. Item 0 opens bin 0 (free 0), item 3 opens bin 1 (free 0),
+  item 1 opens bin 2 (free 2), item 4 opens bin 3 (free 2), item 5 (2 tokens) fits bins 2
+  and 3 exactly: the tie goes to bin 2, which has had 2 tokens free the longest (free 0);
+  item 2 goes to bin 3 (free 1). Samples ``[0] [3] [1 5] [2 4]``: 4 samples, the bound
+  ``ceil(19 / 5)``.
 * :func:`pad_items`: one item per sample, ``[0] [1] [2] [3] [4] [5]``.
 
-Best fit decreasing is run independently over consecutive groups of ``group_size`` items, so
-the plan is a pure function of (lengths, capacity, group_size) and costs O(n log g). Each group
-keeps its open bins in buckets by free space (first-in first-out lists) and a bitmap of the
-non-empty buckets, so "the smallest free space >= L" is a lowest-set-bit lookup. Two
-implementations give the same plan: up to ``_LOOP_GROUPS`` groups, a Python loop per item
-with a Python int as the bitmap (~0.5 µs per item at capacity 2049); beyond, the groups
+By default best fit decreasing runs over all items at once (:data:`ALGORITHM`), as OLMo-core's
+OBFD does, in one step per (item size, free space) pair rather than per item
+(:mod:`streamload.plan._pack_levels`): ~0.1 CPU µs per item in all, the sort included. With
+a ``group_size`` (:data:`GROUPED_ALGORITHM`, the only rule before issue 34, groups of
+:data:`GROUP_SIZE`) it runs independently over consecutive groups of that many items. Each
+group keeps its open bins in buckets by free space (first-in first-out lists) and a bitmap of
+the non-empty buckets, so "the smallest free space >= L" is a lowest-set-bit lookup. Two
+implementations give the same grouped plan: up to ``_LOOP_GROUPS`` groups, a Python loop per
+item with a Python int as the bitmap (~0.5 µs per item at capacity 2049); beyond, the groups
 advance in lockstep, step ``i`` placing the ``i``-th largest item of every group in one numpy
 operation, over levels of uint64 bitmaps (64 buckets per word, 64 words per word above;
 :mod:`streamload.plan._pack_lockstep`).
@@ -36,10 +42,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streamload.errors import ConfigError
+from streamload.plan._pack_levels import pack_by_levels
 from streamload.plan._pack_lockstep import pack_in_lockstep
 
 __all__ = [
     "ALGORITHM",
+    "GROUPED_ALGORITHM",
     "GROUP_SIZE",
     "LONG_DOCUMENTS",
     "ItemPlan",
@@ -51,13 +59,18 @@ __all__ = [
     "pad_items",
 ]
 
-ALGORITHM = "bfd-groups-fifo-v1"
-"""Names the packing rule (order, ties, groups); part of any key of a cached plan: changing
-the rule changes which items share a sample."""
+ALGORITHM = "bfd-epoch-fifo-v1"
+"""Names the default packing rule (order, ties, one best fit over the whole epoch); part of
+any key of a cached plan and of a state's fingerprint: changing the rule changes which items
+share a sample. 0.008 % (seq_len 2048) and 0.002 % (8192) more samples than the bound on
+log-normal documents (``benchmarks/packing.py``)."""
+GROUPED_ALGORITHM = "bfd-groups-fifo-v1"
+"""Names the rule with a ``group_size`` (best fit within consecutive groups of items): the
+only rule before issue 34, always with groups of :data:`GROUP_SIZE`."""
 GROUP_SIZE = 4096
-"""Default items per packing group: 0.06 % (seq_len 2048) and 0.14 % (8192) more samples than
-the bound on log-normal documents (``benchmarks/packing.py``)."""
-LONG_DOCUMENTS = ("split", "truncate")
+"""Items per packing group of plans (and states) made before issue 34: 0.06 % (seq_len 2048)
+and 0.14 % (8192) more samples than the bound on log-normal documents."""
+LONG_DOCUMENTS = ("split", "truncate", "drop")
 """Values of ``long_documents``: what happens to a document longer than ``seq_len + 1``."""
 
 _LOOP_GROUPS = 64
@@ -81,6 +94,10 @@ class ItemPlan:
     ``"split"``)."""
     cut_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """int64 ``[k]``: tokens dropped after each of :attr:`cut_items`."""
+    dropped_documents: int = 0
+    """Documents ``"drop"`` left out whole (longer than ``seq_len + 1``)."""
+    dropped_tokens: int = 0
+    """Their tokens."""
 
     @property
     def truncated_tokens(self) -> int:
@@ -112,10 +129,13 @@ def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) ->
         seq_len: L; items hold at most L + 1 tokens.
         long_documents: ``"split"``: a document of T > L + 1 tokens becomes the pieces
             ``[k·L, min(k·L + L + 1, T))`` for ``k = 0 … ⌊(T − 2) / L⌋`` (every next-token
-            pair once, the last piece at least 2 tokens); ``"truncate"``: its first L + 1.
+            pair once, the last piece at least 2 tokens); ``"truncate"``: its first L + 1;
+            ``"drop"``: no item (an SFT conversation cut short would train on a reply
+            without its end), counted in :attr:`ItemPlan.dropped_documents`.
 
     Returns:
-        The items in storage order (empty documents give none; a 1-token document gives one).
+        The items in storage order (empty documents give none; a 1-token document gives one;
+        :attr:`ItemPlan.documents` counts the dropped ones too).
 
     Raises:
         ConfigError: ``seq_len`` or ``long_documents`` is invalid.
@@ -135,6 +155,13 @@ def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) ->
     long = np.flatnonzero(sizes > window)
     if long_documents == "truncate":
         return ItemPlan(starts, lengths, documents, long, sizes[long] - window)
+    if long_documents == "drop" and long.size:
+        fits = sizes <= window
+        dropped = int(sizes[long].sum())
+        return ItemPlan(
+            starts[fits], lengths[fits], documents,
+            dropped_documents=int(long.size), dropped_tokens=dropped,
+        )  # fmt: skip
     if long.size:
         starts, lengths = _insert_pieces(starts, sizes, lengths, long, seq_len)
     return ItemPlan(starts, lengths, documents)
@@ -190,22 +217,26 @@ def pack_bound(lengths: np.ndarray, capacity: int) -> int:
 def pack_items(
     lengths: np.ndarray,
     capacity: int,
-    group_size: int = GROUP_SIZE,
+    group_size: int | None = None,
     max_items: int | None = None,
 ) -> SamplePlan:
-    """Best-fit decreasing of items into samples of ``capacity`` tokens, group by group.
+    """Best-fit decreasing of items into samples of ``capacity`` tokens, over the whole
+    epoch or group by group.
 
-    Groups are items ``[0, g)``, ``[g, 2g)``, … (``g = group_size``; the last may be
-    shorter). Within a group, items go in order of length descending (ties: lower id first)
-    into the open bin with the least free space that holds them (ties: the bin that has had
-    that free space the longest); when none does, into a new bin. With ``max_items`` a bin
+    Without ``group_size`` all items form one group; with it, groups are items ``[0, g)``,
+    ``[g, 2g)``, … (``g = group_size``; the last may be shorter). Within a group, items go
+    in order of length descending (ties: lower id first) into the open bin with the least
+    free space that holds them (ties: the bin that has had that free space the longest);
+    when none does, into a new bin. With ``max_items`` a bin
     that holds that many items is closed, whatever its free space (grain's
     ``max_sequences_per_bin``); the rule is otherwise unchanged.
 
     Args:
         lengths: int ``[n]``, every length in ``[1, capacity]``.
         capacity: Tokens per sample (``seq_len + 1``).
-        group_size: Items per group (>= 1).
+        group_size: Items per group (>= 1); ``None``: one group of all items (the same plan
+            as any ``group_size >= len(lengths)``, built in steps per (size, free space):
+            :mod:`streamload.plan._pack_levels`).
         max_items: The most items per sample (>= 1); ``None``: no cap.
 
     Returns:
@@ -217,16 +248,18 @@ def pack_items(
             ``group_size`` or ``max_items`` is below 1.
     """
     sizes = np.asarray(lengths, dtype=np.int64)
-    if capacity < 1 or group_size < 1:
+    if capacity < 1 or (group_size is not None and group_size < 1):
         raise ValueError(f"capacity {capacity}, group_size {group_size}: expected both >= 1")
     if sizes.ndim != 1:
         raise ValueError(f"lengths of shape {sizes.shape}: expected one dimension")
     if sizes.size and (sizes.min() < 1 or sizes.max() > capacity):
         raise ValueError(f"item lengths span {sizes.min()}..{sizes.max()}: expected 1..{capacity}")
-    group = min(group_size, max(1, sizes.size))
+    if max_items is not None and max_items < 1:
+        raise ValueError(f"max_items {max_items}: expected >= 1 or None")
+    if group_size is None:
+        return SamplePlan(*pack_by_levels(sizes, capacity, max_items))
+    group = group_size
     if max_items is not None:
-        if max_items < 1:
-            raise ValueError(f"max_items {max_items}: expected >= 1 or None")
         return _pack_capped(sizes, capacity, group, max_items)
     if sizes.size <= _LOOP_GROUPS * group:
         return _pack_in_python(sizes, capacity, group)

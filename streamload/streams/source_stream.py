@@ -9,11 +9,10 @@ walked by a cursor (docs/design.md §1).
 * One source: pass ``p``, pass-relative sample ``g`` → the source's sample ``g`` (with
   ``num_samples``) or ``p·n + g`` (one epoch per pass). Random access is O(1).
 * A mixture: optimizer step ``k`` (``global_batch_size`` samples: ``grad_accum_steps``
-  global batches) is allocated to sources by :mod:`streamload.plan.mixture` (with
-  ``[mixture] batching = "per_source"`` all to one source), then cut into its global batches
-  in order; the source-local indices continue per source. The cursor
-  carries the per-source counts at the start of the step in progress, so resuming is O(1)
-  (inside a step, that step is allocated again); random access (``streamload samples``)
+  global batches) is allocated to sources by :mod:`streamload.plan.mixture` (``per_source``:
+  all to one), then cut into its global batches in order; source-local indices continue. The
+  cursor carries the per-source counts at the start of the step in progress, so resuming is
+  O(1) (inside a step, that step is allocated again); random access (``streamload samples``)
   replays counts only.
 * A pass delivers whole optimizer steps only (its last partial step is dropped).
 
@@ -30,6 +29,7 @@ import numpy as np
 
 from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
+from streamload.config.seq_len import seq_len_schedule
 from streamload.plan.mixture import (
     ALLOCATION,
     MixtureCursor,
@@ -47,6 +47,7 @@ from streamload.plan.partition import (
 )
 from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
+from streamload.plan.seq_len import CUT, SeqLenSchedule
 from streamload.plan.split import split_matrix
 from streamload.streams.chunks import (
     ChunkPlan,
@@ -55,6 +56,7 @@ from streamload.streams.chunks import (
 )
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.layout import BatchLayout
+from streamload.streams.seq_len import batches_to_switch, schedule_step
 from streamload.streams.token_source import TokenSource
 
 __all__ = ["SourceStream", "mixture_phases"]
@@ -75,6 +77,8 @@ class SourceStream:
     """How one source's local sample ``j`` becomes tokens (a mode sets its own)."""
     layout: BatchLayout = BatchLayout()
     """What the mode's batches hold beyond the common layout (a mode sets its own)."""
+    seq_schedule: SeqLenSchedule | None = None
+    """Row lengths by step (``[[seq_len_schedule]]``; ``None``: every row a window)."""
 
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
@@ -92,6 +96,10 @@ class SourceStream:
             num_samples=config.sampling.num_samples,
         )
         self.ended_by: str | None = None
+        self.seq_schedule = schedule = seq_len_schedule(config)
+        if schedule is not None:  # a window becomes up to this many rows (sizes worker slots)
+            cut = max(self.seq_len // length for _, length in schedule.phases)
+            self.layout = replace(self.layout, rows_per_sample=max(cut, 1))
 
     @classmethod
     def from_config(cls: type[_Stream], config: DataConfig) -> _Stream:
@@ -160,7 +168,23 @@ class SourceStream:
     def plan_chunk(
         self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
     ) -> tuple[ChunkPlan, StreamCursor] | None:
-        """Up to ``max_batches`` batches of ``rank`` from ``cursor``; ``None`` once it ended."""
+        """Up to ``max_batches`` batches of ``rank`` from ``cursor``; ``None`` once it ended.
+        Under a sequence-length schedule a chunk stops before a change of length and its plan
+        carries its steps' length (:mod:`streamload.streams.seq_len`)."""
+        schedule = self.seq_schedule
+        if schedule is None:
+            return self._plan_windows(cursor, max_batches, global_batch, world_size, rank)
+        step, until = batches_to_switch(schedule, cursor, self.pass_length, global_batch)
+        count = max_batches if until is None else min(max_batches, until)
+        planned = self._plan_windows(cursor, count, global_batch, world_size, rank)
+        length = schedule.length_at(step)
+        if planned is None or length == self.seq_len:
+            return planned
+        return replace(planned[0], row_length=length), planned[1]
+
+    def _plan_windows(
+        self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
+    ) -> tuple[ChunkPlan, StreamCursor] | None:
         left = self.batches_left(cursor, global_batch)
         count = max_batches if left is None else min(max_batches, left)
         if count == 0:
@@ -347,6 +371,15 @@ class SourceStream:
             out["mixture_rule"] = ALLOCATION  # exact ties (issue 36): older states refused
             if self.phases[0].per_source:  # only when set: states of mixed steps still load
                 out["batching"] = "per_source"
+        schedule = self.seq_schedule
+        if schedule is not None:  # only when set; its phases begun by the cursor, as above
+            step = 0 if cursor is None else schedule_step(schedule, cursor, self.pass_length)
+            inside = cursor is not None and cursor.sample % schedule.global_batch
+            out["seq_len_schedule"] = {
+                "cut": CUT,
+                "global_batch_size": schedule.global_batch,  # step k's windows
+                "phases": schedule.started(step if inside else max(step - 1, 0)),
+            }
         return out
 
 
@@ -354,13 +387,12 @@ def mixture_phases(config: DataConfig) -> tuple[Phase, ...]:
     """Base weights from step 0, then each ``[[schedule]]`` phase (a phase at 0 replaces them)."""
     names = [s.name for s in config.sources]
     temperature = config.mixture.temperature
-    per_source = config.mixture.batching.value == "per_source"
+    one = config.mixture.batching.value == "per_source"
     base = np.array([s.weight or 0.0 for s in config.sources])
-    phases = [Phase(0, tuple(effective_weights(base, temperature).tolist()), per_source)]
+    phases = [Phase(0, tuple(effective_weights(base, temperature).tolist()), one)]
     for entry in config.schedule:
         raw = np.array([float(entry.weights[n]) for n in names])
-        weights = tuple(effective_weights(raw, temperature).tolist())
-        phase = Phase(entry.start_step, weights, per_source)
+        phase = Phase(entry.start_step, tuple(effective_weights(raw, temperature).tolist()), one)
         if phase.start_step == 0:
             phases[0] = phase
         else:

@@ -17,6 +17,7 @@ from streamload.plan import packing
 from streamload.plan.packing import (
     ALGORITHM,
     GROUP_SIZE,
+    GROUPED_ALGORITHM,
     ItemPlan,
     SamplePlan,
     document_items,
@@ -249,7 +250,7 @@ def test_huge_document_becomes_pieces_at_stride_seq_len() -> None:
 
 def test_invalid_document_inputs() -> None:
     with pytest.raises(ConfigError, match="long_documents"):
-        document_items(np.array([0, 3]), 4, "drop")
+        document_items(np.array([0, 3]), 4, "skip")
     with pytest.raises(ConfigError, match="seq_len"):
         document_items(np.array([0, 3]), 0, "split")
     for bounds in ([0, 5, 4], [-1, 3], []):
@@ -279,5 +280,14 @@ def test_golden_plan(path: str) -> None:
     items = lognormal_items(2048, documents=5_000)
     plan = pack(items.lengths.tolist(), 2049, 1000, path)
     digest = hashlib.sha256(plan.offsets.tobytes() + plan.items.tobytes()).hexdigest()
-    assert ALGORITHM == "bfd-groups-fifo-v1"
+    assert GROUPED_ALGORITHM == "bfd-groups-fifo-v1"
     assert (plan.num_samples, digest[:16]) == (2000, "d2ed1f04f24abfca")
+
+
+def test_golden_whole_epoch_plan() -> None:
+    """The default rule (one best fit over the whole epoch) on the same corpus."""
+    items = lognormal_items(2048, documents=5_000)
+    plan = pack_items(items.lengths, 2049)
+    digest = hashlib.sha256(plan.offsets.tobytes() + plan.items.tobytes()).hexdigest()
+    assert ALGORITHM == "bfd-epoch-fifo-v1"
+    assert (plan.num_samples, digest[:16]) == (1997, "c2f3d22356d9e09f")
