@@ -296,3 +296,14 @@ def test_the_config_prints_back(paths: dict[str, str]) -> None:
     cfg = load(config(paths))
     assert cfg.to_dict()["mixture"]["batching"] == "per_source"
     assert type(cfg).from_dict(cfg.to_dict()) == cfg
+
+
+def test_a_sequence_length_warm_up_keeps_each_step_one_source(paths: dict[str, str]) -> None:
+    """Rows of a shorter length are cut from the step's windows: still one source a step,
+    and the run resumes exactly on another world size."""
+    warm = [{"start_step": 0, "seq_len": 4}, {"start_step": 3, "seq_len": 8}]
+    cfg = config(paths, big=4, seq_len_schedule=warm, sampling={"num_samples": 40})
+    batches = Ranks(cfg, 2).take(8)
+    assert [b["input_ids"].shape for b in batches[2:4]] == [(8, 4), (4, 8)]
+    step_sources(batches)
+    assert_resumes_exactly(lambda: Ranks(cfg, 2), make_resumed=lambda: Ranks(cfg, 1), passes=2)
