@@ -64,6 +64,7 @@ _REPAIRS = 8
 _MAX_CELLS = 1 << 20
 """Rows × sources of one checked block (bounded memory)."""
 _INT64_SAFE = 1 << 62
+"""Integer keys below it are compared in int64 (exactly, with room for one addition)."""
 
 
 class SourceWalk:
