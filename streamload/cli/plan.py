@@ -130,7 +130,12 @@ def _print(report: dict[str, Any], mode: ModeSpec) -> None:
     for phase in report.get("phases", []):
         print(
             f"phase steps [{phase['start_step']}, {phase['end_step']}): "
-            f"max per-batch deviation {phase['max_batch_deviation']:.2f} samples"
+            + (
+                f"max per-batch deviation {phase['max_batch_deviation']:.2f} samples"
+                if "max_batch_deviation" in phase
+                else "one source a step; max deviation from the share since the phase began "
+                f"{phase['max_prefix_deviation']:.2f} samples"
+            )
         )
         for name, weight in phase["weights"].items():
             print(f"  {name:<16} target {weight:8.4f}  realized {phase['realized'][name]:8.4f}")

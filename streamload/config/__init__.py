@@ -15,6 +15,7 @@ travels with its data; in a dict they are taken as they are (relative to the wor
 from streamload.config.data import DataConfig, load_config
 from streamload.config.options import (
     LongDocuments,
+    MixtureBatching,
     MixtureConfig,
     MixtureUnit,
     PackingConfig,
@@ -35,6 +36,7 @@ __all__ = [
     "TOKEN_DTYPES",
     "DataConfig",
     "LongDocuments",
+    "MixtureBatching",
     "MixtureConfig",
     "MixtureUnit",
     "OnError",

@@ -1,5 +1,5 @@
 """The named choices of the option tables: sampling modes, long documents, splits, mixture
-units (re-exported by :mod:`streamload.config.options`)."""
+units and batching (re-exported by :mod:`streamload.config.options`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ __all__ = [
     "MEGATRON_DEFAULT_SPLIT",
     "LongDocuments",
     "MegatronSplit",
+    "MixtureBatching",
     "MixtureUnit",
     "SamplingMode",
     "SplitName",
@@ -74,6 +75,18 @@ SplitName = MegatronSplit
 
 MEGATRON_DEFAULT_SPLIT = "969,30,1"
 """Megatron-LM's ``--split`` default."""
+
+
+class MixtureBatching(str, enum.Enum):
+    """How a mixture fills an optimizer step."""
+
+    MIXED = "mixed"
+    """Every step holds every source in proportion: ``floor`` or ``ceil`` of ``w·B`` samples
+    each, interleaved (:mod:`streamload.plan.mixture`)."""
+    PER_SOURCE = "per_source"
+    """Every step is drawn whole from one source, the sources taking steps in proportion to
+    their weights, each within one step of its share (Mosaic's ``per_stream``;
+    :mod:`streamload.plan._source_rule`)."""
 
 
 class MixtureUnit(str, enum.Enum):

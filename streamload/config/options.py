@@ -16,6 +16,7 @@ from streamload.config.enums import (
     MEGATRON_DEFAULT_SPLIT,
     LongDocuments,
     MegatronSplit,
+    MixtureBatching,
     MixtureUnit,
     SamplingMode,
     SplitName,
@@ -28,6 +29,7 @@ __all__ = [
     "MEGATRON_DEFAULT_SPLIT",
     "LongDocuments",
     "MegatronSplit",
+    "MixtureBatching",
     "MixtureConfig",
     "MixtureUnit",
     "PackingConfig",
@@ -129,13 +131,18 @@ class MixtureConfig:
         unit: What the weights count (``samples`` or ``tokens``).
         temperature: Weights become ``w ** (1 / temperature)`` before normalizing
             (KempnerForge); above 1 flattens the mixture, below 1 sharpens it; 0 stays 0.
+        batching: ``mixed`` (every optimizer step holds every source in proportion) or
+            ``per_source`` (every optimizer step from one source).
     """
 
     unit: MixtureUnit = MixtureUnit.SAMPLES
     temperature: float = 1.0
+    batching: MixtureBatching = MixtureBatching.MIXED
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "unit", to_enum(MixtureUnit, self.unit, "mixture.unit"))
+        batching = to_enum(MixtureBatching, self.batching, "mixture.batching")
+        object.__setattr__(self, "batching", batching)
         check_number(self.temperature, "mixture.temperature", 0, exclusive=True)
 
 

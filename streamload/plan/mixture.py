@@ -23,6 +23,10 @@ machine and Python version. A weight of 0.7 is 7/10: with B = 10 it gets exactly
 Within a batch, sources are interleaved evenly (source s's k-th sample sits at fraction
 ``(k + ½) / c_s`` of the batch), so every rank's contiguous share sees the same mix.
 
+Per-source batches (``Phase.per_source``, ``[mixture] batching = "per_source"``): each
+global batch goes whole to one source, chosen by the quota rule of
+:mod:`streamload.plan._source_rule`; the cursor, replay and bounds keep their meaning.
+
 Schedules: phase ``p`` starts at global step ``start_step`` with new weights; deficits are
 measured from the phase start, so a change applies exactly at that batch and per-source
 cursors simply continue — no source skips or repeats data because weights changed.
@@ -51,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamload.plan._mixture_rule import PhaseWalk, exact_rule
+from streamload.plan._source_rule import SourceWalk, share_bounds
 
 __all__ = [
     "ALLOCATION",
@@ -101,10 +106,16 @@ def _powered(ratios: np.ndarray, exponent: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Phase:
-    """Weights in force from global step ``start_step`` on (normalized, temperature applied)."""
+    """Weights in force from global step ``start_step`` on (normalized, temperature applied).
+
+    ``per_source``: every optimizer step is drawn whole from one source
+    (:mod:`streamload.plan._source_rule`); the same in every phase of a mixture
+    (``[mixture] batching``).
+    """
 
     start_step: int
     weights: tuple[float, ...]
+    per_source: bool = False
 
 
 def phase_at(phases: tuple[Phase, ...], step: int) -> int:
@@ -210,7 +221,11 @@ def _walk(
             phase_step, phase_drawn = starts[p], drawn.copy()
         stop = min(end, starts[p + 1]) if p + 1 < len(starts) else end
         # Samples since the phase began are counted, not step * B: B may change on a resume.
-        walk = PhaseWalk(exact_rule(phases[p].weights, global_batch), drawn - phase_drawn)
+        walk: PhaseWalk | SourceWalk
+        if phases[p].per_source:
+            walk = SourceWalk(phases[p].weights, global_batch, drawn - phase_drawn)
+        else:
+            walk = PhaseWalk(exact_rule(phases[p].weights, global_batch), drawn - phase_drawn)
         if rows is None:
             walk.skip(stop - step)
         else:
@@ -290,6 +305,8 @@ def cursor_bounds(
     walking its batches: a check of a loaded cursor in O(sources), not O(step)."""
     starts = [p.start_step for p in phases]
     phase_step = starts[phase_at(phases, step - 1)] if step > 0 else 0
+    if phases[0].per_source:
+        return _source_bounds(phases, num_sources, batch_sizes, step, phase_step)
     low = [np.zeros(num_sources, np.int64), np.zeros(num_sources, np.int64)]
     high = [np.zeros(num_sources, np.int64), np.zeros(num_sources, np.int64)]
     samples = [0, 0]
@@ -305,6 +322,38 @@ def cursor_bounds(
             high[part][list(rule.candidates)] += hi - lo
             samples[part] += (hi - lo) * size
     return CursorBounds(phase_step, samples[0], samples[1], low[0], high[0], low[1], high[1])
+
+
+def _source_bounds(
+    phases: tuple[Phase, ...],
+    num_sources: int,
+    batch_sizes: tuple[tuple[int, int], ...],
+    step: int,
+    phase_step: int,
+) -> CursorBounds:
+    """:func:`cursor_bounds` of per-source batches: each phase's counts bounded as a whole
+    (:func:`streamload.plan._source_rule.share_bounds`), since the rule counts from its start."""
+    starts = [p.start_step for p in phases]
+    samples = [0] * len(phases)
+    sizes: list[set[int]] = [set() for _ in phases]
+    ends = [first for first, _ in batch_sizes[1:]] + [step] if batch_sizes else []
+    for (first, size), end in zip(batch_sizes, ends, strict=True):
+        cuts = sorted({first, end, *(s for s in starts if first < s < end)})
+        for lo, hi in itertools.pairwise(cuts):
+            p = phase_at(phases, lo)
+            samples[p] += (hi - lo) * size
+            sizes[p].add(size)
+    low = [np.zeros(num_sources, np.int64), np.zeros(num_sources, np.int64)]
+    high = [np.zeros(num_sources, np.int64), np.zeros(num_sources, np.int64)]
+    for p, phase in enumerate(phases):
+        if samples[p]:
+            part = int(phase.start_step >= phase_step)  # 0: before the phase, 1: in it
+            lo_p, hi_p = share_bounds(phase.weights, samples[p], sizes[p])
+            low[part] += lo_p
+            high[part] += hi_p
+    since = sum(n for p, n in enumerate(samples) if starts[p] >= phase_step)
+    before = sum(samples) - since
+    return CursorBounds(phase_step, before, since, low[0], high[0], low[1], high[1])
 
 
 def allocate_batches(

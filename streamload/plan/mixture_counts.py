@@ -10,7 +10,9 @@ then *checked*: every batch's deficits are recomputed from the guessed counts be
 the rule's own exact integer keys (vectorized over Python integers, which never overflow),
 and the batches up to and including the first one the guess got wrong are kept, exact. The
 output never depends on the guess; only the speed does (10 million steps of three sources:
-seconds, against minutes one by one).
+seconds, against minutes one by one). Per-source batches (``Phase.per_source``) are counted
+by their own walk (:class:`streamload.plan._source_rule.SourceWalk`), which guesses and checks
+the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 
 # The rule itself (one definition of the allocation, shared with the walk of the loader).
 from streamload.plan._mixture_rule import ExactRule, exact_rule
+from streamload.plan._source_rule import SourceWalk
 from streamload.plan.mixture import Phase
 
 __all__ = ["count_blocks"]
@@ -43,7 +46,11 @@ def count_blocks(
     ends = [p.start_step for p in phases[1:]] + [steps]
     for phase, end in zip(phases, ends, strict=True):
         count = min(end, steps) - min(phase.start_step, steps)
-        if count > 0:
+        if count > 0 and phase.per_source:
+            walk = SourceWalk(phase.weights, global_batch, np.zeros(len(phase.weights), np.int64))
+            for first in range(0, count, block):
+                yield walk.block(min(block, count - first))
+        elif count > 0:
             rule = exact_rule(phase.weights, global_batch)
             yield from _phase_blocks(rule, count, block)
 

@@ -298,6 +298,13 @@ def _check_mixture(
             )
 
 
+_BOUNDS = {
+    False: "the floor or ceiling of its share of each global batch",
+    True: "its share of the steps, to within the rule's bound (docs/design.md §2.10)",
+}
+"""What the bounds of a long mixture position are, by ``Phase.per_source``."""
+
+
 def _check_mixture_bounds(
     stream: SampleStream, m: MixtureCursor, fields: CursorFields, sizes: list[list[int]]
 ) -> None:
@@ -323,8 +330,8 @@ def _check_mixture_bounds(
             raise StateError(
                 f"state {name_of(i, names[i])} = {int(drawn[i] if when == 'since' else phase[i])}"
                 f" gives {int(counts[i])} {what} for source {names[i]!r}, but {given} give it "
-                f"between {int(low[i])} and {int(high[i])} (the floor or ceiling of its share "
-                "of each global batch); the state was edited or is corrupt"
+                f"between {int(low[i])} and {int(high[i])} ({_BOUNDS[stream.phases[0].per_source]}"
+                "); the state was edited or is corrupt"
             )
         if int(counts.sum()) != samples:
             raise StateError(

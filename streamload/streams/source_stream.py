@@ -9,10 +9,10 @@ walked by a cursor (docs/design.md §1).
 * One source: pass ``p``, pass-relative sample ``g`` → the source's sample ``g`` (with
   ``num_samples``) or ``p·n + g`` (one epoch per pass). Random access is O(1).
 * A mixture: optimizer step ``k`` (``global_batch_size`` samples: ``grad_accum_steps``
-  global batches) is allocated to sources by :mod:`streamload.plan.mixture`, then cut into
-  its global batches in order; the source-local indices continue per source. The cursor
-  carries the per-source counts at the start of the step in progress, so resuming is O(1)
-  (inside a step, that step is allocated again); random access (``streamload samples``)
+  global batches) is allocated to sources by :mod:`streamload.plan.mixture` (``per_source``:
+  all to one), then cut into its global batches in order; source-local indices continue. The
+  cursor carries the per-source counts at the start of the step in progress, so resuming is
+  O(1) (inside a step, that step is allocated again); random access (``streamload samples``)
   replays counts only.
 * A pass delivers whole optimizer steps only (its last partial step is dropped).
 
@@ -369,6 +369,8 @@ class SourceStream:
             started = self.phases[: phase_at(self.phases, max(last, 0)) + 1]
             out["schedule"] = [[p.start_step, list(p.weights)] for p in started]
             out["mixture_rule"] = ALLOCATION  # exact ties (issue 36): older states refused
+            if self.phases[0].per_source:  # only when set: states of mixed steps still load
+                out["batching"] = "per_source"
         schedule = self.seq_schedule
         if schedule is not None:  # only when set; its phases begun by the cursor, as above
             step = 0 if cursor is None else schedule_step(schedule, cursor, self.pass_length)
@@ -385,11 +387,12 @@ def mixture_phases(config: DataConfig) -> tuple[Phase, ...]:
     """Base weights from step 0, then each ``[[schedule]]`` phase (a phase at 0 replaces them)."""
     names = [s.name for s in config.sources]
     temperature = config.mixture.temperature
+    one = config.mixture.batching.value == "per_source"
     base = np.array([s.weight or 0.0 for s in config.sources])
-    phases = [Phase(0, tuple(effective_weights(base, temperature).tolist()))]
+    phases = [Phase(0, tuple(effective_weights(base, temperature).tolist()), one)]
     for entry in config.schedule:
         raw = np.array([float(entry.weights[n]) for n in names])
-        phase = Phase(entry.start_step, tuple(effective_weights(raw, temperature).tolist()))
+        phase = Phase(entry.start_step, tuple(effective_weights(raw, temperature).tolist()), one)
         if phase.start_step == 0:
             phases[0] = phase
         else:

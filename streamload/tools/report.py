@@ -17,6 +17,7 @@ import numpy as np
 from streamload.config import SamplingMode
 from streamload.config.checks import INT64_MAX, check_count
 from streamload.errors import ConfigError
+from streamload.plan.mixture import Phase
 from streamload.plan.mixture_counts import count_blocks
 from streamload.plan.split import SPLIT_NAMES, split_bookends
 from streamload.streams.interface import SampleStream
@@ -85,9 +86,14 @@ class _Tally:
         phase = np.searchsorted([p.start_step for p in self.stream.phases], steps, side="right")
         for index in np.unique(phase - 1).tolist():
             part = counts[phase - 1 == index]
-            target = np.asarray(self.stream.phases[index].weights) * self.batch
+            weights = np.asarray(self.stream.phases[index].weights)
+            if self.stream.phases[index].per_source:  # whole steps: the phase's prefixes
+                since = self.per_phase[index] + np.cumsum(part, axis=0)
+                worst = np.abs(since - np.outer(since.sum(axis=1), weights)).max()
+            else:
+                worst = np.abs(part - weights * self.batch).max()
             self.per_phase[index] += part.sum(axis=0)
-            self.deviation[index] = max(self.deviation[index], np.abs(part - target).max())
+            self.deviation[index] = max(self.deviation[index], worst)
         cumulative = self.drawn + np.cumsum(counts, axis=0)
         for index, source in enumerate(self.stream.sources):
             starts = self.epoch_starts[index]
@@ -97,6 +103,12 @@ class _Tally:
             starts.extend(self.step + found[found < len(counts)])
         self.drawn = cumulative[-1]
         self.step += len(counts)
+
+
+def _deviation_key(phase: Phase) -> str:
+    """Per-sample allocation: the worst batch's distance from ``w·B``; per-source steps: the
+    worst distance of a source's samples since the phase began from its share (below B)."""
+    return "max_prefix_deviation" if phase.per_source else "max_batch_deviation"
 
 
 def mixture_report(stream: SampleStream, steps: int) -> dict[str, Any]:
@@ -117,7 +129,7 @@ def mixture_report(stream: SampleStream, steps: int) -> dict[str, Any]:
             "start_step": lo, "end_step": hi,
             "weights": dict(zip(names, target.round(6).tolist(), strict=True)),
             "realized": dict(zip(names, (part / part.sum()).round(6).tolist(), strict=True)),
-            "max_batch_deviation": float(tally.deviation[index]),
+            _deviation_key(stream.phases[index]): float(tally.deviation[index]),
         })  # fmt: skip
     sources = {
         source.name: {

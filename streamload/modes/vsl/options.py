@@ -242,6 +242,12 @@ def check_vsl_config(config: DataConfig) -> None:
                 "mode = 'vsl' yet (a pass is one epoch of the curriculum; a mixture's sources "
                 "repeat their pieces); remove them"
             )
+    if config.mixture.batching.value != "mixed":
+        raise ConfigError(
+            f"mixture.batching = {config.mixture.batching.value!r} is not built for mode = "
+            "'vsl': a vsl step splits each length's slots between the sources by weight "
+            "(docs/vsl.md); use batching = 'mixed', or mode = 'concat' or 'packed'"
+        )
     slots = config.grad_accum_steps * (tokens // top)
     if config.global_batch_size is None:
         object.__setattr__(config, "global_batch_size", slots)
