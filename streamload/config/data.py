@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamload.config.batch_schedule import BatchStepConfig, check_batch_schedule
 from streamload.config.checks import (
     check_int,
     check_plain,
@@ -61,6 +62,9 @@ class DataConfig:
         grad_accum_steps: Loader batches (micro-batches) per optimizer step: a step holds
             ``grad_accum_steps`` global batches of ``world_size * batch_size`` samples, and
             the mixture allocation, ``[[schedule]] start_step`` and the drop rule count steps.
+        rampup_batch_size: ``[start, increment, samples]``: Megatron-LM's batch size ramp up
+            to ``global_batch_size`` (:mod:`streamload.config.batch_schedule`).
+        batch_schedule: The global batch size by optimizer step or consumed sample.
         sampling: Sampling options.
         packing: Packing-mask options.
         mixture: How weights are read (several sources).
@@ -77,6 +81,8 @@ class DataConfig:
     vocab_size: int | None = None
     global_batch_size: int | None = None
     grad_accum_steps: int = 1
+    rampup_batch_size: tuple[int, int, int] | None = None
+    batch_schedule: tuple[BatchStepConfig, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     packing: PackingConfig = field(default_factory=PackingConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
@@ -124,6 +130,7 @@ class DataConfig:
         weights = [s.weight for s in self.sources if s.weight is not None]
         check_weight_sum(weights, "source weights")
         mode_plugin(self.sampling.mode_name).check_config(self)
+        check_batch_schedule(self)  # it may fill global_batch_size, which a mixture needs
         if self.is_mixture:
             self._check_mixture(names)
 
@@ -172,7 +179,8 @@ class DataConfig:
         if not isinstance(raw_sources, Sequence) or isinstance(raw_sources, str):
             raise ConfigError("sources must be a list of [[sources]] tables")
         sources = tuple(_source_from_dict(s, i, base_dir) for i, s in enumerate(raw_sources))
-        nested = ("sources", "sampling", "packing", "mixture", "schedule", "storage")
+        nested = {"sources", "sampling", "packing", "mixture", "schedule", "storage"}
+        nested.add("batch_schedule")
         kwargs = {k: v for k, v in data.items() if k not in nested}
         raw_schedule = data.get("schedule", [])
         if not isinstance(raw_schedule, Sequence) or isinstance(raw_schedule, str):
@@ -187,6 +195,7 @@ class DataConfig:
             schedule=tuple(
                 _sub(PhaseConfig, p, f"schedule[{i}]") for i, p in enumerate(raw_schedule)
             ),
+            batch_schedule=_tables(data, "batch_schedule", BatchStepConfig),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -217,6 +226,7 @@ _TABLES: dict[str, type] = {
     "[packing]": PackingConfig,
     "[mixture]": MixtureConfig,
     "[[schedule]]": PhaseConfig,
+    "[[batch_schedule]]": BatchStepConfig,
     "[storage]": StorageConfig,
 }
 
@@ -254,9 +264,10 @@ def _check_unknown_keys(data: Mapping[Any, Any]) -> None:
     """The unknown keys of every table of a config, all in one error: a user with three typos
     fixes them in one go, not in three runs."""
     tables: list[tuple[Any, type, str, str]] = [(data, DataConfig, "config", "config")]
-    for name in ("sources", "sampling", "packing", "mixture", "storage", "schedule"):
+    lists = ("sources", "schedule", "batch_schedule")
+    for name in ("sampling", "packing", "mixture", "storage", *lists):
         value = data.get(name)
-        if name in ("sources", "schedule"):  # a list of tables
+        if name in lists:  # a list of tables
             if isinstance(value, Sequence) and not isinstance(value, str):
                 label = f"[[{name}]]"
                 tables += [(t, _TABLES[label], f"{name}[{i}]", label) for i, t in enumerate(value)]
@@ -284,6 +295,14 @@ def _sub(kind: type, data: Any, where: str) -> Any:
     except ConfigError as exc:
         add_note(exc, f"in {where}")
         raise
+
+
+def _tables(data: Mapping[str, Any], name: str, kind: type) -> tuple[Any, ...]:
+    """A ``[[name]]`` list of tables."""
+    raw = data.get(name, [])
+    if not isinstance(raw, Sequence) or isinstance(raw, str):
+        raise ConfigError(f"{name} must be a list of [[{name}]] tables")
+    return tuple(_sub(kind, t, f"{name}[{i}]") for i, t in enumerate(raw))
 
 
 def _sampling(data: Any) -> SamplingConfig:
