@@ -15,10 +15,11 @@ Megatron's ``--rampup-batch-size START INCREMENT SAMPLES`` with ``--global-batch
 so ``gbs`` agrees with megatron-core's at every ``c``.
 
 Example (``START = 4, INCREMENT = 4, SAMPLES = 16, F = 12``: ``n = 2``, ``per = 8.0``):
-segments ``[0, 8) → 4``, ``[8, 16] → 8``, then ``12``; steps begin at samples 0 (4), 4 (4),
+segments ``[0, 8) → 4``, ``[8, 16) → 8``, then ``12`` (at ``c = 16``, ``int(16 / 8.0) = 2``
+increments already give the final size); steps begin at samples 0 (4), 4 (4),
 8 (8), 16 (12), 28 (12), …: runs of equal steps ``(step 0, sample 0, 4 x 2)``,
-``(step 2, sample 8, 8 x 1)``, ``(step 3, sample 16, 12 x ...)``. A segment can be skipped
-when a step spans it (a step of 8 beginning at 8 ends at 16).
+``(step 2, sample 8, 8 x 1)``, ``(step 3, sample 16, 12 x ...)``. A segment that a step
+spans is skipped (no step begins in it).
 """
 
 from __future__ import annotations
