@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from streamload import load_config as load
 from streamload.config.batch_schedule import step_sizes
 from streamload.nodes.plan_chunks import PlanChunks
 from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
+from tests.helpers.shards import write_megatron_documents
 from tests.test_grad_accum import flat, micro_batches, remainder, single
 from tests.test_mixture_loader import (
     SCHEDULE,
@@ -129,6 +131,24 @@ def test_a_mixture_allocates_each_step_by_its_size(paths: dict[str, str]) -> Non
     )
     assert state["fingerprint"]["batch_schedule"] == RAMP
     assert (loader.micro_batches_in_step, loader.stats()["steps"]) == (4, 4)
+
+
+def test_megatron_mode_steps_and_an_evaluation_loader_beside_them(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(3, 40, size=120).tolist()
+    tokens = rng.integers(1, 500, size=sum(lengths)).astype(np.uint16)
+    path = write_megatron_documents(tmp_path / "d", tokens, lengths)
+    sampling = {"mode": "megatron", "split": "80,20,0", "num_samples": 60}
+    cfg = {"seq_len": 8, "seed": 1, "sources": [{"name": "m", "path": str(path)}], **RAMP}
+    cfg["sampling"] = sampling
+    steps = optimizer_steps(cfg, 2, 2)
+    assert [s["input_ids"].shape[0] for s in steps] == [4, 4, 8, 12, 16]  # 44 + 24 > 60
+    assert flat(steps)["sample_index"].tolist() == list(range(44))
+    valid = [build_loader(cfg, batch_size=2, rank=r, world_size=2, split="valid") for r in range(2)]
+    index = torch.cat([b["sample_index"] for b in collect_global_batches(valid)])
+    length = valid[0].stream.pass_length
+    assert index[index >= 0].tolist() == list(range(length)), "an evaluation pass counts no steps"
+    assert index.shape[0] == 4 * -(-length // 4)
 
 
 # -- exact resumption -------------------------------------------------------------------------
