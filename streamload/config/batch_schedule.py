@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from streamload.config.checks import check_int, show
 from streamload.errors import ConfigError
-from streamload.plan.step_sizes import StepSizes, megatron_rampup
 
 if TYPE_CHECKING:
     from streamload.config.data import DataConfig
+    from streamload.plan.step_sizes import StepSizes
 
 __all__ = [
     "BatchStepConfig",
@@ -169,6 +169,8 @@ def step_sizes(config: DataConfig, micro: int, pass_index: int = 0) -> StepSizes
     """Samples of each optimizer step of pass ``pass_index`` for global micro-batches of
     ``micro`` samples: ``grad_accum_steps x micro`` throughout, or the schedule (counted
     from the first pass's start; later passes run at its final size)."""
+    from streamload.plan.step_sizes import StepSizes  # numpy's package: not at import time
+
     if not has_batch_ramp(config):
         return StepSizes.constant(config.grad_accum_steps * micro)
     entries = tuple(
@@ -182,6 +184,8 @@ def step_sizes(config: DataConfig, micro: int, pass_index: int = 0) -> StepSizes
 def _schedule(
     ramp: tuple[int, int, int] | None, final: int | None, entries: tuple[tuple[bool, int, int], ...]
 ) -> StepSizes:
+    from streamload.plan.step_sizes import StepSizes, megatron_rampup
+
     if ramp is not None:
         assert final is not None  # checked with the config
         return megatron_rampup(*ramp, final)

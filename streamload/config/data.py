@@ -265,7 +265,7 @@ def _check_unknown_keys(data: Mapping[Any, Any]) -> None:
     fixes them in one go, not in three runs."""
     tables: list[tuple[Any, type, str, str]] = [(data, DataConfig, "config", "config")]
     lists = ("sources", "schedule", "batch_schedule")
-    for name in ("sampling", "packing", "mixture", "storage", *lists):
+    for name in ("sources", "sampling", "packing", "mixture", "storage", *lists[1:]):
         value = data.get(name)
         if name in lists:  # a list of tables
             if isinstance(value, Sequence) and not isinstance(value, str):
