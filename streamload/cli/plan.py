@@ -117,7 +117,10 @@ def _print(report: dict[str, Any], mode: ModeSpec) -> None:
     if mode.plan_lines is not None:
         for line in mode.plan_lines(report):
             print(line)
-    if "steps" in report:
+    if "batch_sizes" in report:
+        runs = ", ".join(f"{size} from step {first}" for first, size in report["batch_sizes"])
+        print(f"{report['steps']} steps of a batch size schedule: {runs}")
+    elif "steps" in report:
         print(f"{report['steps']} steps of {report['global_batch_size']} samples")
     for phase in report.get("phases", []):
         print(

@@ -11,7 +11,12 @@ from streamload.nodes.lookahead import Lookahead
 from streamload.plan.partition import RankSpec
 from streamload.state import load_position, make_state
 from streamload.streams.chunks import ChunkPlan
-from streamload.streams.cursor import StreamCursor, check_step_resume, step_size_at
+from streamload.streams.cursor import (
+    StreamCursor,
+    check_step_resume,
+    check_step_sizes,
+    step_size_at,
+)
 from streamload.streams.interface import SampleStream
 
 __all__ = ["PlanChunks"]
@@ -58,6 +63,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
         super().__init__()
         if chunk_batches < 1:
             raise ConfigError(f"chunk_batches = {chunk_batches} must be >= 1")
+        check_step_sizes(stream, rank.world_size, rank.batch_size)  # a schedule's steps split
         self.stream = stream
         self.rank = rank
         self.chunk_batches = chunk_batches
