@@ -231,7 +231,9 @@ class StreamLoader:
         A state saved at an optimizer step boundary resumes with any world size, batch size
         or ``grad_accum_steps``; one saved inside a step (between micro-batches) only with the
         same step size (``global_batch_size``) and a ``world_size x batch_size`` that divides
-        the rest of the step (the step is finished, then the new sizes apply).
+        the rest of the step (the step is finished, then the new sizes apply). With a batch
+        size schedule the steps are the schedule's: any ``world_size x batch_size`` that
+        divides them (docs/schedules.md).
 
         The state is checked and normalized once; ``state_dict()`` then returns it as saved
         (with the ``batches`` count of the pass continuing from it).
