@@ -188,6 +188,21 @@ def touch(batch: Batch) -> None:
             int(flat[:: 4096 // flat.itemsize].sum())
 
 
+def timed_batches(
+    batches: Iterator[Batch], warmup: int, measured: int, touched: bool = True
+) -> float:
+    """Seconds ``measured`` batches take after ``warmup`` are skipped (each :func:`touch`-ed
+    unless ``touched`` is false)."""
+    for _ in range(warmup):
+        next(batches)
+    start = time.perf_counter()
+    for _ in range(measured):
+        batch = next(batches)
+        if touched:
+            touch(batch)
+    return time.perf_counter() - start
+
+
 def measure(
     case: Case, config: dict[str, Any], windows: Windows, args: argparse.Namespace
 ) -> float:
@@ -197,14 +212,7 @@ def measure(
     measured = math.ceil(args.tokens / batch_tokens)
     batches, close = make_batches(case, config, windows)
     try:
-        for _ in range(warmup):
-            next(batches)
-        start = time.perf_counter()
-        for _ in range(measured):
-            batch = next(batches)
-            if args.touch:
-                touch(batch)
-        elapsed = time.perf_counter() - start
+        elapsed = timed_batches(batches, warmup, measured, args.touch)
     finally:
         close()
     return measured * batch_tokens / elapsed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import warnings
 from pathlib import Path
@@ -13,8 +14,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from streamload import LoaderOptions, StreamLoader, build_loader
-from streamload.testing import assert_batches_equal, assert_resumes_exactly, collect_global_batches
+from streamload.testing import assert_resumes_exactly
 from tests.helpers.corpus import Corpus, write_shards
+from tests.helpers.elastic import assert_resumes_on_world
 
 SETTINGS = settings(max_examples=25, deadline=None)
 
@@ -88,22 +90,15 @@ def test_resumes_exactly_at_a_random_save_point(s: dict[str, Any], data: st.Data
 def test_resumes_on_another_world_size(s: dict[str, Any], data: st.DataObject) -> None:
     big = s["world"] * s["b"]
     other = data.draw(st.sampled_from([w for w in range(1, 5) if big % w == 0]), label="world")
+
+    def pick(batches: int) -> int:
+        return data.draw(st.integers(0, batches), label="save step")
+
     with tempfile.TemporaryDirectory() as tmp:
         corpus = write_shards(Path(tmp), s["sizes"], kind="positions")
         cfg = config(corpus, s)
-        single = rank_loaders(cfg, 1, big, s["chunk"])
-        reference = collect_global_batches(single)
-        next_pass = collect_global_batches(single)
-        step = data.draw(st.integers(0, len(reference)), label="save step")
-        saved = rank_loaders(cfg, s["world"], s["b"], s["chunk"])
-        assert_batches_equal(reference[:step], collect_global_batches(saved, steps=step))
-        state = saved[-1].state_dict()
-        resumed = rank_loaders(cfg, other, big // other, 1 + s["chunk"] % 3)
-        for loader in resumed:
-            loader.load_state_dict(state)
-        # A state saved after a pass's last batch resumes into the next pass.
-        expected = reference[step:] if step < len(reference) else next_pass
-        assert_batches_equal(expected, collect_global_batches(resumed))
+        saved, resumed = (s["world"], s["b"], s["chunk"]), (other, big // other, 1 + s["chunk"] % 3)
+        assert_resumes_on_world(functools.partial(rank_loaders, cfg), saved, resumed, pick)
 
 
 @SETTINGS

@@ -62,3 +62,11 @@ def test_every_zstd_test_skips_without_zstandard() -> None:
     assert "failed" not in counts and "error" not in counts and "errors" not in counts, out
     assert counts.get("skipped", 0) >= 12, out
     assert counts.get("passed", 0) > 100, out  # the others still run
+
+
+def test_the_chat_tests_skip_without_jinja2() -> None:
+    counts, out = pytest_without(
+        "jinja2", "tests/tokenize/test_chat.py", "tests/catalog/test_text_chat.py"
+    )
+    assert counts == {"skipped": 2}, out
+    assert "chat templates need jinja2" in out

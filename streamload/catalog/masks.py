@@ -10,7 +10,8 @@
 * a folder, glob, file or list of those: the mask files, listed like a source's path (each
   entry sorted) and paired in that order with the source's listed shards, one each.
 
-Arrow and Parquet shards may hold their mask as a column of the token file
+Arrow and Parquet shards, and JSONL rows of token ids, may hold their mask as a column (a
+field) of the token file
 (:mod:`streamload.formats.arrow.masks`): the source's ``mask_column`` (required in every
 such file), else with ``"auto"`` the first of ``loss_mask``, ``labels_mask``, ``labels``
 (read as ``labels != -100``), ``assistant_masks``, ``completion_mask`` that a file has, where
@@ -45,8 +46,9 @@ from streamload.formats.mask_names import mask_conventions
 
 __all__ = ["attach_masks"]
 
-_TABLE_FORMATS = ("arrow", "parquet")
-"""Formats whose shards may hold their loss mask as a column (``mask_column``)."""
+_TABLE_FORMATS = ("arrow", "parquet", "jsonl")
+"""Formats whose shards may hold their loss mask as a column (``mask_column``; a JSONL
+file's rows of token ids, :mod:`streamload.formats.arrow.jsonl_rows`, not its text)."""
 
 
 def attach_masks(
@@ -87,7 +89,7 @@ def _with_column_mask(info: ShardInfo, source: SourceConfig) -> ShardInfo:
         FormatError: the configured column is missing or not a list of flags, or a mask
             file lies beside a file whose mask column was found by its name.
     """
-    if info.format not in _TABLE_FORMATS:
+    if info.format not in _TABLE_FORMATS or "column" not in info.meta:
         return info
     column = pick_mask_column(info.path, info.meta, source.mask_column)
     if column is None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from streamload.catalog.identity import is_local
 from streamload.catalog.listing import Siblings, list_entries, sibling_files, source_filesystem
+from streamload.catalog.masks import attach_masks
 from streamload.catalog.store import Identity, cached_table, catalog_description
 from streamload.catalog.table import ShardTable
 from streamload.config import SourceConfig
@@ -68,6 +69,9 @@ def text_cache(source: SourceConfig, storage: StorageConfig | None = None) -> Te
         kind=_KINDS.get(source.format),
         dtype=source.dtype,
         skip_bad=source.on_error.value == "skip",
+        messages_field=source.messages_field,
+        chat_template=source.chat_template,
+        train_on=source.train_on.value if source.train_on is not None else "assistant",
     )
     try:
         options = _cache_options(source, root)
@@ -171,7 +175,9 @@ def describe_text_source(
             dataclasses.replace(info, meta={**info.meta, "text_input": item.url})
             for info, (_, item) in zip(found.shards, parts, strict=True)
         )
-        return shards, Identity()
+        # a chat source's parts have their loss masks beside them (<part>.bin.loss)
+        listed = [(job[0].path, folder) for job in jobs]
+        return attach_masks(fs, derived, storage, shards, listed), Identity()
 
     if fresh or not storage.cache_size:
         return SourceCatalog(derived, ShardTable.of(build()[0]))
@@ -195,6 +201,9 @@ def tokens_source(source: SourceConfig, cache: TextCache) -> SourceConfig:
         eos_token_id=None,
         text_field="text",
         cache_dir=None,
+        messages_field=None,  # a chat source's masks are the cache's .bin.loss files
+        chat_template=None,
+        train_on=None,
         storage_options=dict(cache.storage_options),
     )
 

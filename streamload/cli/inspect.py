@@ -1,9 +1,12 @@
 """``streamload inspect``: format, dtype, documents and tokens per shard, from headers and indexes.
 
 JSON keys (public contract): ``format``, ``dtype``, ``num_documents``, ``num_tokens``,
-``shards`` (``path``, ``num_documents``, ``num_tokens``, ``loss_mask``: the shard's loss-mask
-file or ``null``, ``loss_mask_column``: the column of an Arrow/Parquet token file that is its
-loss mask, else ``null``; docs/formats.md "Loss masks"). ``format`` is the format's one name
+``trained_tokens``, ``shards`` (``path``, ``num_documents``, ``num_tokens``,
+``trained_tokens``, ``loss_mask``: the shard's loss-mask file or ``null``,
+``loss_mask_column``: the column of an Arrow/Parquet/JSONL token file that is its loss mask,
+else ``null``; docs/formats.md "Loss masks"). ``trained_tokens`` counts the tokens the loss
+mask trains as targets (each mask read once, one byte a token; all of them without a mask):
+an SFT dataset's answer tokens against its total. ``format`` is the format's one name
 (as ``format =`` in a config takes it). For formats without a document index (``numpy``,
 ``raw``), ``num_documents`` counts the documents ending in ``--eos`` (default: the
 ``eos_token_id`` of ``--config``), streaming the tokens in bounded memory; without an EOS it
@@ -21,6 +24,8 @@ from streamload.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from streamload.formats.base import ShardInfo
 
 __all__ = ["add_parser", "length_histogram", "run"]
 
@@ -89,6 +94,23 @@ def length_histogram(
     ]
 
 
+def trained_tokens(info: ShardInfo) -> int:
+    """Tokens of shard ``info`` its loss mask trains (nonzero flags; every token without a
+    mask), read in blocks."""
+    import numpy as np
+
+    from streamload.tools.documents import BLOCK_TOKENS
+    from streamload.tools.masks import mask_reader
+
+    if info.loss_mask is None:
+        return info.num_tokens
+    reader = mask_reader(info)
+    return sum(
+        int(np.count_nonzero(reader.tokens(start, start + BLOCK_TOKENS)))
+        for start in range(0, info.num_tokens, BLOCK_TOKENS)
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the description; returns the exit code."""
     import numpy as np
@@ -122,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
                 "path": info.path,
                 "num_documents": docs,
                 "num_tokens": info.num_tokens,
+                "trained_tokens": trained_tokens(info),
                 "loss_mask": info.loss_mask,
                 "loss_mask_column": info.meta.get("mask_column") if info.loss_mask else None,
             }
@@ -134,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
         "dtype": dtypes[0] if len(dtypes) == 1 else dtypes,
         "num_documents": None if None in counts else sum(counts),  # type: ignore[arg-type]
         "num_tokens": catalog.num_tokens,
+        "trained_tokens": sum(int(s["trained_tokens"] or 0) for s in shards),
         "shards": shards,
     }
     if args.json:
@@ -159,15 +183,21 @@ def _print_document_note(unindexed: list[str], eos: int | None) -> None:
 
 
 def _print_table(report: dict[str, Any], histogram: list[tuple[int, int, int]]) -> None:
+    total, trained = report["num_tokens"], report["trained_tokens"]
+    share = f", {trained:,} trained ({100.0 * trained / total:.2f} %)" if total else ""
+    # without any mask every token is trained: the line stays as it was
+    masked = any(s["loss_mask"] is not None for s in report["shards"])
     print(
-        f"format {report['format']}, dtype {report['dtype']}, {report['num_tokens']:,} tokens, "
+        f"format {report['format']}, dtype {report['dtype']}, {total:,} tokens, "
         f"{report['num_documents'] if report['num_documents'] is not None else '?'} documents"
+        + (share if masked else "")
     )
     width = max(len(s["path"]) for s in report["shards"])
     for s in report["shards"]:
         docs = "-" if s["num_documents"] is None else f"{s['num_documents']:,}"
         column = f" column {s['loss_mask_column']!r}" if s["loss_mask_column"] else ""
         mask = f"  loss mask {s['loss_mask']}{column}" if s["loss_mask"] else ""
+        mask += f", {s['trained_tokens']:,} trained" if s["loss_mask"] else ""
         print(f"  {s['path']:<{width}}  {s['num_tokens']:>14,} tokens  {docs:>10} documents{mask}")
     if histogram:
         print("document lengths (tokens):")

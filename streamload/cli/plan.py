@@ -53,7 +53,12 @@ def add_parser(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the report; returns the exit code."""
     from streamload.modes import build_stream
-    from streamload.tools.report import check_plan_steps, mixture_report, split_report
+    from streamload.tools.report import (
+        check_plan_steps,
+        mixture_report,
+        seq_len_report,
+        split_report,
+    )
 
     stream = build_stream(load_config(args.config))
     steps = check_plan_steps(stream, args.steps)
@@ -63,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"stream": _summary(stream)}
     if mode.plan_report is not None:
         report.update(mode.plan_report(stream, steps))
+    report.update(seq_len_report(stream))
     splits = split_report(stream)
     if splits:
         report["splits"] = splits
@@ -117,6 +123,8 @@ def _print(report: dict[str, Any], mode: ModeSpec) -> None:
     if mode.plan_lines is not None:
         for line in mode.plan_lines(report):
             print(line)
+    for line in _seq_len_lines(report.get("seq_len_schedule", [])):
+        print(line)
     if "batch_sizes" in report:
         runs = ", ".join(f"{size} from step {first}" for first, size in report["batch_sizes"])
         print(f"{report['steps']} steps of a batch size schedule: {runs}")
@@ -137,6 +145,20 @@ def _print(report: dict[str, Any], mode: ModeSpec) -> None:
         )
     for name, info in report.get("splits", {}).items():
         _print_split(name, info)
+
+
+def _seq_len_lines(stretches: list[dict[str, Any]]) -> list[str]:
+    if not stretches:
+        return []
+    first = stretches[0]
+    lines = [f"sequence-length schedule: {first['tokens_per_step']:,} input tokens per step"]
+    for part in stretches:
+        end = "…)" if part["end_step"] is None else f"{part['end_step']})"
+        lines.append(
+            f"  steps [{part['start_step']}, {end}: seq_len {part['seq_len']}, "
+            f"{part['rows_per_window']} row(s) per window, {part['rows_per_step']:,} per step"
+        )
+    return lines
 
 
 def _print_split(name: str, info: dict[str, Any]) -> None:

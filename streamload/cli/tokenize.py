@@ -91,6 +91,28 @@ _OPTIONS: tuple[tuple[tuple[str, ...], dict[str, Any]], ...] = (
         },
     ),
     (
+        ("--messages-field", "--messages_field"),
+        {
+            "help": "JSON key of each document's chat messages [{role, content}, ...]: render "
+            "them with the tokenizer's chat template and write a loss mask (docs/tokenize.md)"
+        },
+    ),
+    (
+        ("--chat-template", "--chat_template"),
+        {
+            "help": "chat template file (.jinja, or a tokenizer_config.json); default: the "
+            "tokenizer's own, beside its tokenizer.json"
+        },
+    ),
+    (
+        ("--train-on", "--train_on"),
+        {
+            "choices": ["assistant", "last", "all"],
+            "help": "a conversation's trained tokens: the assistant turns (default), the "
+            "last one, or all",
+        },
+    ),
+    (
         ("--work-dir.input", "--work_dir.input", "--work-dir-input"),
         {
             "dest": "work_dir_input",

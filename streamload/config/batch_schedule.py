@@ -19,6 +19,7 @@ samples is ``gbs_k / (world_size x batch_size)`` micro-batches, so ``grad_accum_
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchStepConfig",
     "batch_schedule_fingerprint",
+    "batch_schedule_tables",
     "check_batch_schedule",
     "has_batch_ramp",
     "step_sizes",
@@ -69,6 +71,27 @@ class BatchStepConfig:
         return self.start_step if self.start_step is not None else int(self.start_sample or 0)
 
 
+def batch_schedule_tables(
+    data: Mapping[str, Any], table: Callable[[type, Any, str], Any]
+) -> dict[str, Any]:
+    """``DataConfig`` keyword arguments of a config mapping's ``batch_schedule``, where given
+    (``table(kind, data, where)`` reads one table strictly).
+
+    Raises:
+        ConfigError: ``batch_schedule`` is not a list of tables, or a table is malformed.
+    """
+    if "batch_schedule" not in data:
+        return {}
+    raw = data["batch_schedule"]
+    if not isinstance(raw, Sequence) or isinstance(raw, str):
+        raise ConfigError("batch_schedule must be a list of [[batch_schedule]] tables")
+    return {
+        "batch_schedule": tuple(
+            table(BatchStepConfig, t, f"batch_schedule[{i}]") for i, t in enumerate(raw)
+        )
+    }
+
+
 def has_batch_ramp(config: DataConfig) -> bool:
     """Whether the config's global batch size changes over the run."""
     return config.rampup_batch_size is not None or bool(config.batch_schedule)
@@ -90,6 +113,12 @@ def check_batch_schedule(config: DataConfig) -> None:
         raise ConfigError(
             "rampup_batch_size and [[batch_schedule]] both set; use one of them (the three "
             "numbers are a ramp, the tables any schedule)"
+        )
+    if config.seq_len_schedule or config.seq_len_warmup is not None:
+        raise ConfigError(
+            "a batch size schedule with a sequence-length warm-up ([[seq_len_schedule]] / "
+            "[seq_len_warmup]) is not supported yet: the warm-up counts steps of one "
+            "global_batch_size; use one of them"
         )
     if config.grad_accum_steps != 1:
         raise ConfigError(

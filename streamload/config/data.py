@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamload.config.batch_schedule import BatchStepConfig, check_batch_schedule
+from streamload.config import batch_schedule as batches
 from streamload.config.checks import (
     check_int,
     check_plain,
@@ -29,6 +29,12 @@ from streamload.config.options import (
     PackingConfig,
     PhaseConfig,
     SamplingConfig,
+)
+from streamload.config.seq_len import (
+    SeqLenPhaseConfig,
+    SeqLenWarmupConfig,
+    check_seq_len_schedule,
+    seq_len_tables,
 )
 from streamload.config.source import SourceConfig
 from streamload.config.storage import StorageConfig
@@ -69,6 +75,9 @@ class DataConfig:
         packing: Packing-mask options.
         mixture: How weights are read (several sources).
         schedule: Weight phases by global step (annealing).
+        seq_len_schedule: Row lengths by optimizer step (sequence-length warm-up; windows
+            are carved at ``seq_len`` and cut into shorter rows: docs/config.md).
+        seq_len_warmup: The shorthand of such a schedule: OLMo-core's doubling warm-up.
         storage: Fetching and caching of remote shards (never changes the order, so it is
             not in the fingerprint).
     """
@@ -82,11 +91,13 @@ class DataConfig:
     global_batch_size: int | None = None
     grad_accum_steps: int = 1
     rampup_batch_size: tuple[int, int, int] | None = None
-    batch_schedule: tuple[BatchStepConfig, ...] = ()
+    batch_schedule: tuple[batches.BatchStepConfig, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     packing: PackingConfig = field(default_factory=PackingConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
     schedule: tuple[PhaseConfig, ...] = ()
+    seq_len_schedule: tuple[SeqLenPhaseConfig, ...] = ()
+    seq_len_warmup: SeqLenWarmupConfig | None = None
     storage: StorageConfig = field(default_factory=StorageConfig)
 
     @property
@@ -125,14 +136,16 @@ class DataConfig:
             token = getattr(self, name)
             if self.vocab_size is not None and token is not None and token >= self.vocab_size:
                 raise ConfigError(f"{name} = {token} must be < vocab_size = {self.vocab_size}")
-        if isinstance(self.schedule, list):
-            object.__setattr__(self, "schedule", tuple(self.schedule))
+        for name in ("schedule", "seq_len_schedule"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         weights = [s.weight for s in self.sources if s.weight is not None]
         check_weight_sum(weights, "source weights")
         mode_plugin(self.sampling.mode_name).check_config(self)
-        check_batch_schedule(self)  # it may fill global_batch_size, which a mixture needs
+        batches.check_batch_schedule(self)  # it may fill global_batch_size, which a mixture needs
         if self.is_mixture:
             self._check_mixture(names)
+        check_seq_len_schedule(self)
 
     def _check_mixture(self, names: list[str]) -> None:
         missing = [s.name for s in self.sources if s.weight is None]
@@ -179,9 +192,9 @@ class DataConfig:
         if not isinstance(raw_sources, Sequence) or isinstance(raw_sources, str):
             raise ConfigError("sources must be a list of [[sources]] tables")
         sources = tuple(_source_from_dict(s, i, base_dir) for i, s in enumerate(raw_sources))
-        nested = {"sources", "sampling", "packing", "mixture", "schedule", "storage"}
-        nested.add("batch_schedule")
-        kwargs = {k: v for k, v in data.items() if k not in nested}
+        nested = ("sources", "sampling", "packing", "mixture", "schedule", "storage")
+        kwargs = {k: v for k, v in data.items() if k not in nested + _SEQ_LEN_TABLES}
+        kwargs.pop("batch_schedule", None)  # its tables: batches.batch_schedule_tables
         raw_schedule = data.get("schedule", [])
         if not isinstance(raw_schedule, Sequence) or isinstance(raw_schedule, str):
             raise ConfigError("schedule must be a list of [[schedule]] tables")
@@ -195,7 +208,8 @@ class DataConfig:
             schedule=tuple(
                 _sub(PhaseConfig, p, f"schedule[{i}]") for i, p in enumerate(raw_schedule)
             ),
-            batch_schedule=_tables(data, "batch_schedule", BatchStepConfig),
+            **seq_len_tables(data, _sub),
+            **batches.batch_schedule_tables(data, _sub),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -204,7 +218,10 @@ class DataConfig:
         Fields that are ``None`` (unset options) are left out; values inside
         ``storage_options`` are kept as they are.
         """
-        return _plain(self)
+        plain = _plain(self)
+        if not plain["seq_len_schedule"]:  # unset: printed as before it existed
+            del plain["seq_len_schedule"]
+        return plain
 
     def to_json(self) -> str:
         """The config as indented JSON.
@@ -226,9 +243,13 @@ _TABLES: dict[str, type] = {
     "[packing]": PackingConfig,
     "[mixture]": MixtureConfig,
     "[[schedule]]": PhaseConfig,
-    "[[batch_schedule]]": BatchStepConfig,
+    "[[batch_schedule]]": batches.BatchStepConfig,
     "[storage]": StorageConfig,
+    "[[seq_len_schedule]]": SeqLenPhaseConfig,
+    "[seq_len_warmup]": SeqLenWarmupConfig,
 }
+_SEQ_LEN_TABLES = ("seq_len_schedule", "seq_len_warmup")
+"""The sequence-length warm-up's tables (read only when given: other configs unchanged)."""
 
 
 @functools.cache
@@ -264,10 +285,9 @@ def _check_unknown_keys(data: Mapping[Any, Any]) -> None:
     """The unknown keys of every table of a config, all in one error: a user with three typos
     fixes them in one go, not in three runs."""
     tables: list[tuple[Any, type, str, str]] = [(data, DataConfig, "config", "config")]
-    lists = ("sources", "schedule", "batch_schedule")
-    for name in ("sources", "sampling", "packing", "mixture", "storage", *lists[1:]):
+    for name in ("sources", "sampling", "packing", "mixture", "storage", "schedule"):
         value = data.get(name)
-        if name in lists:  # a list of tables
+        if name in ("sources", "schedule"):  # a list of tables
             if isinstance(value, Sequence) and not isinstance(value, str):
                 label = f"[[{name}]]"
                 tables += [(t, _TABLES[label], f"{name}[{i}]", label) for i, t in enumerate(value)]
@@ -295,14 +315,6 @@ def _sub(kind: type, data: Any, where: str) -> Any:
     except ConfigError as exc:
         add_note(exc, f"in {where}")
         raise
-
-
-def _tables(data: Mapping[str, Any], name: str, kind: type) -> tuple[Any, ...]:
-    """A ``[[name]]`` list of tables."""
-    raw = data.get(name, [])
-    if not isinstance(raw, Sequence) or isinstance(raw, str):
-        raise ConfigError(f"{name} must be a list of [[{name}]] tables")
-    return tuple(_sub(kind, t, f"{name}[{i}]") for i, t in enumerate(raw))
 
 
 def _sampling(data: Any) -> SamplingConfig:
@@ -333,7 +345,7 @@ def _source_from_dict(data: Any, index: int, base_dir: str | None) -> SourceConf
         data["path"] = tuple(_resolve(p, base_dir) for p in path)
     elif isinstance(path, str):
         data["path"] = _resolve(path, base_dir)
-    for key in ("tokenizer", "cache_dir"):
+    for key in ("tokenizer", "cache_dir", "chat_template"):
         if key in data:
             data[key] = _resolve(data[key], base_dir)
     return SourceConfig(**data)

@@ -52,6 +52,9 @@ class LongDocuments(str, enum.Enum):
     document trained once, like concat windows), the last piece shorter; each piece is an item."""
     TRUNCATE = "truncate"
     """Only the first ``seq_len + 1`` tokens are an item; the rest is dropped and counted."""
+    DROP = "drop"
+    """The whole document is left out and counted (an SFT conversation cut short would train
+    on a reply without its end)."""
 
 
 class MegatronSplit(str, enum.Enum):

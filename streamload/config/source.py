@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamload.config.chat import TrainOn, check_chat_options
 from streamload.config.checks import check_int, check_number, check_path, show, to_enum
 from streamload.errors import ConfigError
 
@@ -69,9 +70,12 @@ class ShardFormat(str, enum.Enum):
         return cls.NUMPY if value == "npy" else None
 
 
-_COLUMN_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.MDS)
-"""Formats whose files hold named columns (``[[sources]] column``)."""
-_TABLE_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET)
+_COLUMN_FORMATS = (
+    ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.MDS, ShardFormat.JSONL,
+)  # fmt: skip
+"""Formats whose files hold named columns (``[[sources]] column``; JSONL: rows of token
+ids, a field per column)."""
+_TABLE_FORMATS = (ShardFormat.AUTO, ShardFormat.ARROW, ShardFormat.PARQUET, ShardFormat.JSONL)
 TEXT_FORMATS = (
     ShardFormat.AUTO, ShardFormat.TEXT, ShardFormat.PARQUET, ShardFormat.ARROW, ShardFormat.MDS,
 )  # fmt: skip
@@ -124,6 +128,12 @@ class SourceConfig:
         eos_token_id: With ``tokenizer``: EOS added when absent (at least one of the two).
         text_field: With ``tokenizer``: the field holding the text: a JSON key (dotted:
             nested) or a column of Parquet, Arrow or MDS files (dotted: into a struct).
+        messages_field: A text source's chat ``messages`` field (dotted: nested), rendered
+            with the tokenizer's chat template and cached with a loss mask (docs/text.md,
+            "Chat"); ``text_field`` is then unused and BOS/EOS are optional.
+        chat_template: With ``messages_field``: the template file (``.jinja`` or a
+            ``tokenizer_config.json``); ``None``: the tokenizer's own.
+        train_on: With ``messages_field``: ``assistant`` (default), ``last`` or ``all``.
         cache_dir: A text source's token cache: a folder or an fsspec URL (``s3://…``) that
             every rank can reach (``None``: ``text/`` in ``[storage] cache_dir``).
         label_masks: Per-token loss masks (docs/formats.md, "Loss masks"): ``"auto"``
@@ -131,16 +141,18 @@ class SourceConfig:
             OLMo-core ``labels_mask*`` beside ``token_ids*``); ``"none"`` ignores them; a
             folder, glob, file or list of those names the mask files, paired in listing
             order with the source's shards.
-        column: The token column of an ``arrow``, ``parquet`` or ``mds`` source (``None``:
-            the format's default, ``input_ids`` for Arrow/Parquet).
-        mask_column: An ``arrow`` or ``parquet`` source's loss-mask column (a list of 0/1
-            integers or booleans per row, as long as the row's tokens; ``"labels"``: the
-            Hugging Face ``labels``, read as ``labels != -100``), required in every file;
-            ``None``: the first of ``loss_mask``, ``labels_mask``, ``labels``,
-            ``assistant_masks``, ``completion_mask`` a file has is used (with
+        column: The token column of an ``arrow``, ``parquet`` or ``mds`` source, or the
+            token field of ``jsonl`` rows of token ids (``None``: the format's default,
+            ``input_ids`` for Arrow/Parquet/JSONL).
+        mask_column: An ``arrow``, ``parquet`` or ``jsonl`` (rows) source's loss-mask
+            column (a list of 0/1 integers or booleans per row, as long as the row's
+            tokens; ``"labels"``: the Hugging Face ``labels``, read as ``labels != -100``),
+            required in every file; ``None``: the first of ``loss_mask``, ``labels_mask``,
+            ``labels``, ``assistant_masks``, ``completion_mask`` a file has is used (with
             ``label_masks = "auto"``; docs/formats.md).
-        id_column: An ``arrow`` or ``parquet`` source's document id column, shown by
-            ``streamload docs`` and ``show`` (``None``: ``id`` where a file has it).
+        id_column: An ``arrow``, ``parquet`` or ``jsonl`` (rows) source's document id
+            column, shown by ``streamload docs`` and ``show`` (``None``: ``id`` where a
+            file has it).
     """
 
     name: str
@@ -161,6 +173,9 @@ class SourceConfig:
     mask_column: str | None = None
     id_column: str | None = None
     cache_dir: str | None = None
+    messages_field: str | None = None
+    chat_template: str | None = None
+    train_on: TrainOn | None = None
 
     def __post_init__(self) -> None:
         where = f"source {show(self.name)}"
@@ -262,6 +277,7 @@ class SourceConfig:
             given.append("text_field")
         if self.cache_dir is not None:
             given.append("cache_dir")
+        given += [n for n in ("messages_field", "chat_template", "train_on") if getattr(self, n)]
         if self.tokenizer is None:
             if given:
                 raise ConfigError(
@@ -281,6 +297,18 @@ class SourceConfig:
                 f"{where}: tokenizer is set but format = {self.format.value!r}; a source "
                 f"with a tokenizer reads text (format = {names})"
             )
+        if self.messages_field is not None and not self.is_text:
+            raise ConfigError(
+                f'{where}: messages_field needs a text source (format = "text", "auto", '
+                f'"parquet", "arrow" or "mds"), not format = {self.format.value!r}'
+            )
+        trained = check_chat_options(
+            self.messages_field, self.chat_template, self.train_on, f"{where}: "
+        )
+        if self.messages_field is not None:
+            object.__setattr__(self, "train_on", trained)
+            self._check_text(where)  # the template writes BOS/EOS: neither is required
+            return
         if self.bos_token_id is None and self.eos_token_id is None:
             kind = "jsonl source" if self.format is ShardFormat.JSONL else "text source"
             raise ConfigError(
@@ -288,6 +316,11 @@ class SourceConfig:
             )
         if self.is_text:
             self._check_text(where)
+        elif self.column or self.mask_column or self.id_column:  # format = "jsonl"
+            raise ConfigError(
+                f"{where}: column, mask_column and id_column apply to JSONL rows of token ids, "
+                "read without a tokenizer; with a tokenizer the lines are text (text_field)"
+            )
 
     def _check_text(self, where: str) -> None:
         """What a text source takes: no token column, mask files or mask column (its tokens
@@ -301,7 +334,7 @@ class SourceConfig:
         if self.label_masks != "auto":
             raise ConfigError(
                 f"{where}: label_masks = {show(self.label_masks)} does not apply to a text "
-                "source (its token files are written by streamload, without masks)"
+                "source (its token files and masks, with messages_field, are written by streamload)"
             )
         if self.cache_dir is not None:
             check_path(self.cache_dir, f"{where}: cache_dir")

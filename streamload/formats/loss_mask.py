@@ -13,9 +13,10 @@ A shard's mask is read exactly as its tokens are: :func:`mask_shard` describes i
 :class:`~streamload.streams.shard_set.ShardSet` of masks maps it locally, reads it by byte range
 remotely, prefetches and stitches windows across shards with the very code that reads tokens.
 A shard without a mask file in a source where others have one reads as all ones (trained).
-An Arrow or Parquet shard's mask may instead be a column of its own file (``loss_mask``,
-``labels_mask`` or ``[[sources]] mask_column``: :mod:`streamload.formats.arrow.masks`); its
-mask shard is then the token file read through that column, by the token file's format.
+An Arrow or Parquet shard's mask, or a JSONL-rows shard's, may instead be a column of its own
+file (``loss_mask``, ``labels_mask``, ``labels``, ``assistant_masks``, ``completion_mask`` or
+``[[sources]] mask_column``: :mod:`streamload.formats.arrow.masks`); its mask shard is then
+the token file read through that column, by the token file's format.
 
 This module is openable through the registry (``open_shard``) but never sniffed or listed: a
 mask is not a token file.

@@ -16,6 +16,7 @@ __all__ = [
     "FORMAT_ALIASES",
     "canonical_name",
     "get_format",
+    "open_only_format",
     "open_shard",
     "sniff_format",
 ]
@@ -28,9 +29,11 @@ _MODULES = (
 """Format modules in sniffing order, as ``family.module`` under :mod:`streamload.formats`;
 each exposes ``FORMAT``, its ``ShardFormatSpec`` (a module not yet written is left out)."""
 
-_OPEN_ONLY = ("loss_mask",)
+_OPEN_ONLY = ("loss_mask", "arrow.jsonl_rows")
 """Modules of what is opened like a shard but never sniffed, listed or configured (a token
-file's loss mask, :mod:`streamload.formats.loss_mask`)."""
+file's loss mask, :mod:`streamload.formats.loss_mask`; the reader of JSONL rows of token
+ids, to which the ``jsonl`` format hands such files,
+:mod:`streamload.formats.arrow.jsonl_rows`)."""
 
 
 def _load(modules: tuple[str, ...] = _MODULES) -> dict[str, ShardFormatSpec]:
@@ -78,6 +81,18 @@ def sniff_format(path: str, head: bytes, siblings: frozenset[str]) -> ShardForma
         if spec.sniff(path, head, siblings):
             return spec
     raise FormatError(f"{path}: not a token file of any known format")  # pragma: no cover
+
+
+def open_only_format(name: str) -> ShardFormatSpec:
+    """An open-only format by name (:data:`_OPEN_ONLY`): how a format hands some of its
+    files to a reader of another family, which it may not import.
+
+    Raises:
+        FormatError: no such format.
+    """
+    if name in FORMATS or name not in _OPENABLE:
+        raise FormatError(f"{name!r} is not an open-only format")
+    return _OPENABLE[name]
 
 
 def open_shard(info: ShardInfo) -> TokenShard:

@@ -87,6 +87,9 @@ class ModeSpec:
             report covers its mixture says no).
         write_samples: ``(stream, request) -> message``: ``streamload samples`` for a mode
             whose batches vary in shape (``None``: rows of one width into ``.npy``).
+        cuts_rows: A sample (a window of ``seq_len + 1`` tokens) may be cut into shorter
+            rows, so ``[[seq_len_schedule]]`` / ``[seq_len_warmup]`` apply
+            (:mod:`streamload.plan.seq_len`; concat and packed).
     """
 
     name: str
@@ -104,6 +107,7 @@ class ModeSpec:
     plot: Callable[[Any, str], bool] | None = None
     mixture_report: bool = True
     write_samples: Callable[[Any, SamplesRequest], str] | None = None
+    cuts_rows: bool = False
 
     def check_config(self, config: DataConfig) -> None:
         """Run the mode's checks of a whole config (the config layer calls this)."""

@@ -118,6 +118,8 @@ def _batch_bytes(stream: SampleStream, rank: RankSpec) -> int:
     if layout.positions:  # position_ids; rows of their own (vsl: pieces of a slot)
         rows = b * layout.rows_per_sample
         size += 17 * rows + 8 * b * length + 4 * rows
+    elif layout.rows_per_sample > 1:  # windows cut into rows (seq_len warm-up): per-row
+        size += 32 * b * (layout.rows_per_sample - 1)  # ids, cu_seqlens' end, max_seqlen, overlap
     return size + 64 * 8  # alignment of up to 8 tensors
 
 

@@ -11,6 +11,7 @@ from torchdata.nodes import BaseNode
 from streamload.nodes.map_stage import MapStage
 from streamload.streams.chunks import ChunkPlan, TokenChunk
 from streamload.streams.interface import SampleStream
+from streamload.streams.seq_len import cut_chunk
 
 __all__ = ["IGNORE_INDEX", "ReadWindows", "WindowReader", "mask_skipped"]
 
@@ -43,6 +44,12 @@ class WindowReader:
         self.documents = documents
 
     def __call__(self, plan: ChunkPlan) -> TokenChunk:
+        chunk = self._read(plan)
+        if plan.row_length is None:
+            return chunk
+        return cut_chunk(chunk, plan.row_length)  # a seq_len warm-up step: rows of its length
+
+    def _read(self, plan: ChunkPlan) -> TokenChunk:
         remote = [s.shards for s in self.stream.sources if s.shards.remote]
         for shards in remote:
             shards.take_skipped()

@@ -8,7 +8,9 @@ Worked example, seq_len 4 (capacity 5 tokens), documents of 7, 1, 0, 5, 3 and 2 
 * :func:`document_items` with ``"split"``: document 0 (7 tokens) becomes pieces ``[0, 5)`` and
   ``[4, 7)`` (stride 4: every next-token pair once); the empty document 2 gives no item. Items
   (id: length) ``0:5 1:3 2:1 3:5 4:3 5:2``. With ``"truncate"`` item 1 is dropped instead and
-  its 2 tokens past the first 5 are counted in ``truncated_tokens``.
+  its 2 tokens past the first 5 are counted in ``truncated_tokens``; with ``"drop"`` document
+  0 gives no item at all (items ``0:1 1:5 2:3 3:2``), counted in ``dropped_documents`` (1)
+  and ``dropped_tokens`` (7).
 * :func:`pack_items`, capacity 5, one group: by length descending (ties: lower id first)
   ``0 3 1 4 5 2``. Item 0 opens bin 0 (free 0), item 3 opens bin 1 (free 0), item 1 opens
   bin 2 (free 2), item 4 opens bin 3 (free 2), item 5 (2 tokens) fits bins 2 and 3 exactly:
@@ -57,7 +59,7 @@ the rule changes which items share a sample."""
 GROUP_SIZE = 4096
 """Default items per packing group: 0.06 % (seq_len 2048) and 0.14 % (8192) more samples than
 the bound on log-normal documents (``benchmarks/packing.py``)."""
-LONG_DOCUMENTS = ("split", "truncate")
+LONG_DOCUMENTS = ("split", "truncate", "drop")
 """Values of ``long_documents``: what happens to a document longer than ``seq_len + 1``."""
 
 _LOOP_GROUPS = 64
@@ -81,6 +83,10 @@ class ItemPlan:
     ``"split"``)."""
     cut_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     """int64 ``[k]``: tokens dropped after each of :attr:`cut_items`."""
+    dropped_documents: int = 0
+    """Documents ``"drop"`` left out whole (longer than ``seq_len + 1``)."""
+    dropped_tokens: int = 0
+    """Their tokens."""
 
     @property
     def truncated_tokens(self) -> int:
@@ -112,10 +118,13 @@ def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) ->
         seq_len: L; items hold at most L + 1 tokens.
         long_documents: ``"split"``: a document of T > L + 1 tokens becomes the pieces
             ``[k·L, min(k·L + L + 1, T))`` for ``k = 0 … ⌊(T − 2) / L⌋`` (every next-token
-            pair once, the last piece at least 2 tokens); ``"truncate"``: its first L + 1.
+            pair once, the last piece at least 2 tokens); ``"truncate"``: its first L + 1;
+            ``"drop"``: no item (an SFT conversation cut short would train on a reply
+            without its end), counted in :attr:`ItemPlan.dropped_documents`.
 
     Returns:
-        The items in storage order (empty documents give none; a 1-token document gives one).
+        The items in storage order (empty documents give none; a 1-token document gives one;
+        :attr:`ItemPlan.documents` counts the dropped ones too).
 
     Raises:
         ConfigError: ``seq_len`` or ``long_documents`` is invalid.
@@ -135,6 +144,13 @@ def document_items(doc_bounds: np.ndarray, seq_len: int, long_documents: str) ->
     long = np.flatnonzero(sizes > window)
     if long_documents == "truncate":
         return ItemPlan(starts, lengths, documents, long, sizes[long] - window)
+    if long_documents == "drop" and long.size:
+        fits = sizes <= window
+        dropped = int(sizes[long].sum())
+        return ItemPlan(
+            starts[fits], lengths[fits], documents,
+            dropped_documents=int(long.size), dropped_tokens=dropped,
+        )  # fmt: skip
     if long.size:
         starts, lengths = _insert_pieces(starts, sizes, lengths, long, seq_len)
     return ItemPlan(starts, lengths, documents)

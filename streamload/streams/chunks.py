@@ -30,6 +30,9 @@ class ChunkPlan:
         padding: Evaluation loaders only (``None`` elsewhere): bool, same shape, true for a
             row past the end of the pass, which repeats a real sample (its ids above) and
             is delivered with ``sample_mask`` false, ``sample_index`` -1 and labels -100.
+        row_length: Sequence-length warm-up only (``None`` elsewhere): the chunk's steps
+            run at this length, so each window is cut into ``seq_len / row_length`` rows
+            (:mod:`streamload.streams.seq_len`).
     """
 
     pass_index: int
@@ -37,6 +40,7 @@ class ChunkPlan:
     sources: np.ndarray
     local_ids: np.ndarray
     padding: np.ndarray | None = None
+    row_length: int | None = None
 
 
 @dataclass(frozen=True)

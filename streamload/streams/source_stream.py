@@ -34,6 +34,7 @@ from streamload.config.batch_schedule import (
     has_batch_ramp,
     step_sizes,
 )
+from streamload.config.seq_len import seq_len_schedule
 from streamload.plan.mixture import (
     ALLOCATION,
     MixtureCursor,
@@ -51,6 +52,7 @@ from streamload.plan.partition import (
 )
 from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
+from streamload.plan.seq_len import CUT, SeqLenSchedule
 from streamload.plan.split import split_matrix
 from streamload.plan.step_sizes import StepSizes
 from streamload.streams.chunks import (
@@ -60,6 +62,8 @@ from streamload.streams.chunks import (
 )
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.layout import BatchLayout
+from streamload.streams.mixture_steps import mixture_samples, step_start
+from streamload.streams.seq_len import batches_to_switch, schedule_step
 from streamload.streams.token_source import TokenSource
 
 __all__ = ["SourceStream", "mixture_phases"]
@@ -80,6 +84,8 @@ class SourceStream:
     """How one source's local sample ``j`` becomes tokens (a mode sets its own)."""
     layout: BatchLayout = BatchLayout()
     """What the mode's batches hold beyond the common layout (a mode sets its own)."""
+    seq_schedule: SeqLenSchedule | None = None
+    """Row lengths by step (``[[seq_len_schedule]]``; ``None``: every row a window)."""
 
     def __init__(self, config: DataConfig, catalogs: tuple[SourceCatalog, ...]) -> None:
         self.config = config
@@ -97,6 +103,10 @@ class SourceStream:
             num_samples=config.sampling.num_samples,
         )
         self.ended_by: str | None = None
+        self.seq_schedule = schedule = seq_len_schedule(config)
+        if schedule is not None:  # a window becomes up to this many rows (sizes worker slots)
+            cut = max(self.seq_len // length for _, length in schedule.phases)
+            self.layout = replace(self.layout, rows_per_sample=max(cut, 1))
 
     @classmethod
     def from_config(cls: type[_Stream], config: DataConfig) -> _Stream:
@@ -166,7 +176,23 @@ class SourceStream:
     def plan_chunk(
         self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
     ) -> tuple[ChunkPlan, StreamCursor] | None:
-        """Up to ``max_batches`` batches of ``rank`` from ``cursor``; ``None`` once it ended."""
+        """Up to ``max_batches`` batches of ``rank`` from ``cursor``; ``None`` once it ended.
+        Under a sequence-length schedule a chunk stops before a change of length and its plan
+        carries its steps' length (:mod:`streamload.streams.seq_len`)."""
+        schedule = self.seq_schedule
+        if schedule is None:
+            return self._plan_windows(cursor, max_batches, global_batch, world_size, rank)
+        step, until = batches_to_switch(schedule, cursor, self.pass_length, global_batch)
+        count = max_batches if until is None else min(max_batches, until)
+        planned = self._plan_windows(cursor, count, global_batch, world_size, rank)
+        length = schedule.length_at(step)
+        if planned is None or length == self.seq_len:
+            return planned
+        return replace(planned[0], row_length=length), planned[1]
+
+    def _plan_windows(
+        self, cursor: StreamCursor, max_batches: int, global_batch: int, world_size: int, rank: int
+    ) -> tuple[ChunkPlan, StreamCursor] | None:
         left = self.batches_left(cursor, global_batch)
         count = max_batches if left is None else min(max_batches, left)
         if count == 0:
@@ -180,7 +206,8 @@ class SourceStream:
             plan = ChunkPlan(cursor.pass_index, ids, np.zeros(ids.shape, np.int16), local)
             return plan, self.advance(cursor, count, global_batch)
         steps = step_sizes(self.config, global_batch, cursor.pass_index)
-        sources, local = self._mixture_samples(cursor, count * global_batch, steps)
+        samples = count * global_batch
+        sources, local = mixture_samples(self.phases, self._allocate, cursor, samples, steps)
         count = min(count, sources.size // global_batch)
         if count == 0:
             return None
@@ -196,36 +223,6 @@ class SourceStream:
         if self.plan.num_samples is not None:
             return samples
         return samples + pass_index * self.plan.num_windows
-
-    def _mixture_samples(
-        self, cursor: StreamCursor, samples: int, steps: StepSizes
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(source, source-local index) of up to ``samples`` samples from ``cursor``, flat:
-        the rest of the step in progress, then whole optimizer steps (their sizes from the
-        config: ``grad_accum_steps`` global batches, or the batch size schedule), each
-        allocated as one batch; fewer where a source's policy ends the stream."""
-        mixture = cursor.mixture
-        assert mixture is not None  # the caller's branch
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
-        done, size = cursor.in_step, cursor.step_size
-        start = cursor.sample - done
-        if done:  # the step in progress, allocated as a whole again from its start
-            sources, local = self._allocate(mixture, 1, size)
-            parts.append((sources.ravel()[done:], local.ravel()[done:]))
-            samples, start = samples - (size - done), start + size
-            mixture = advance_cursor(self.phases, size, mixture, 1)
-        runs, rest, size = steps.walk(start, max(samples, 0))
-        todo = [*runs, (size, 1)] if rest else list(runs)
-        if parts and not parts[0][0].size:
-            todo = []  # a source's policy ended the stream in the step in progress
-        for i, (run_size, count) in enumerate(todo):
-            sources, local = self._allocate(mixture, count, run_size)
-            parts.append((sources.ravel(), local.ravel()))
-            if sources.shape[0] < count:
-                break  # a source's policy ended the stream
-            if i + 1 < len(todo):
-                mixture = advance_cursor(self.phases, run_size, mixture, count)
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def _allocate(
         self, mixture: MixtureCursor, count: int, global_batch: int
@@ -288,16 +285,13 @@ class SourceStream:
             return np.zeros(ids.shape, np.int16), np.zeros(ids.shape, np.int64)
         ramp = has_batch_ramp(self.config)
         steps = step_sizes(self.config, 1, pass_index) if ramp else StepSizes.constant(batch)
-        _, first, _ = steps.step_at(int(ids.min()))
-        start = MixtureCursor.start(len(self.sources))
-        for size, count in steps.walk(0, first)[0]:
-            start = advance_cursor(self.phases, size, start, count)
+        first, start = step_start(self.phases, len(self.sources), steps, int(ids.min()))
         limits = self._limits
         if limits is not None and (np.array(start.drawn) > limits).any():
             sources = local = np.zeros(0, np.int64)  # a policy ended it before
         else:
-            cursor = StreamCursor(pass_index, first, start)
-            sources, local = self._mixture_samples(cursor, int(ids.max()) + 1 - first, steps)
+            cursor, count = StreamCursor(pass_index, first, start), int(ids.max()) + 1 - first
+            sources, local = mixture_samples(self.phases, self._allocate, cursor, count, steps)
         flat = ids.ravel() - first
         if flat.max() >= sources.size:
             raise IndexError(f"sample {int(ids.max())} lies after the end of the stream")
@@ -369,6 +363,15 @@ class SourceStream:
             started = self.phases[: phase_at(self.phases, max(last, 0)) + 1]
             out["schedule"] = [[p.start_step, list(p.weights)] for p in started]
             out["mixture_rule"] = ALLOCATION  # exact ties (issue 36): older states refused
+        schedule = self.seq_schedule
+        if schedule is not None:  # only when set; its phases begun by the cursor, as above
+            step = 0 if cursor is None else schedule_step(schedule, cursor, self.pass_length)
+            inside = cursor is not None and cursor.sample % schedule.global_batch
+            out["seq_len_schedule"] = {
+                "cut": CUT,
+                "global_batch_size": schedule.global_batch,  # step k's windows
+                "phases": schedule.started(step if inside else max(step - 1, 0)),
+            }
         return out
 
 

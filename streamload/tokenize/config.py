@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streamload.config.chat import TrainOn, check_chat_options
 from streamload.config.checks import (
     check_bool,
     check_int,
@@ -112,6 +113,12 @@ class TokenizeConfig:
         loss_spans_field: JSON key (dots reach into nested objects) of each document's
             trained ``[start, end)`` character spans; a loss mask is written beside every
             output file (:mod:`streamload.tokenize.loss_spans`). ``None``: no masks.
+        messages_field: JSON key (dots reach into nested objects) of each document's chat
+            ``messages``, rendered with the tokenizer's chat template and written with a
+            loss mask (:mod:`streamload.tokenize.chat`); ``text_field`` is then unused.
+        chat_template: The template file (``.jinja`` or a ``tokenizer_config.json``);
+            ``None``: the tokenizer's own (beside its ``tokenizer.json``).
+        train_on: A conversation's trained tokens: ``assistant``, ``last`` or ``all``.
         keep_order: Write the documents in input order instead of dolma's light shuffle:
             each input file is its own group, in the listed order, read from start to end
             (``batch_size`` documents encoded at once, never shuffled); ``seed`` is unused
@@ -143,6 +150,9 @@ class TokenizeConfig:
     skip_bad_lines: bool = False
     loss_spans_field: str | None = None
     keep_order: bool = False
+    messages_field: str | None = None
+    chat_template: str | None = None
+    train_on: TrainOn = TrainOn.ASSISTANT
 
     def __post_init__(self) -> None:
         docs = (self.documents,) if isinstance(self.documents, str) else self.documents
@@ -166,6 +176,7 @@ class TokenizeConfig:
         for name in ("segment_before_tokenization", "skip_bad_lines", "keep_order"):
             check_bool(getattr(self, name), name)
         self._check_loss_spans()
+        self._check_chat()
         object.__setattr__(self, "format", to_enum(OutputFormat, self.format, "format"))
         self._check_numbers()
         self._check_keep_order(ring_size_given=self.ring_size != DEFAULT_RING_SIZE)
@@ -182,6 +193,18 @@ class TokenizeConfig:
                 "segment_before_tokenization (span offsets are mapped through one encoding "
                 "of the whole text); drop one of them"
             )
+
+    def _check_chat(self) -> None:
+        train_on = check_chat_options(self.messages_field, self.chat_template, self.train_on, "")
+        object.__setattr__(self, "train_on", train_on)
+        if self.messages_field is None:
+            return
+        for other in ("loss_spans_field", "segment_before_tokenization"):
+            if getattr(self, other):  # masks come from the template; one encoding per text
+                raise ConfigError(
+                    f"messages_field = {self.messages_field!r} cannot be combined with {other} "
+                    "(a conversation's loss mask comes from its chat template); drop one"
+                )
 
     def _check_keep_order(self, *, ring_size_given: bool) -> None:
         """Refuse the grouping options that ``keep_order`` replaces (one group per file)."""
@@ -204,7 +227,7 @@ class TokenizeConfig:
             value = getattr(self, name)
             if value is not None:
                 check_int(value, name, 0)
-        if self.bos_token_id is None and self.eos_token_id is None:
+        if self.bos_token_id is None and self.eos_token_id is None and not self.messages_field:
             raise ConfigError(
                 "bos_token_id and eos_token_id are both unset; give at least one "
                 "(--eos-token-id / --tokenizer.eos_token_id), as dolma requires"
@@ -236,6 +259,8 @@ class TokenizeConfig:
             skip.add("processes")
         if self.loss_spans_field is None:  # the record of a run without masks is unchanged
             skip.add("loss_spans_field")
+        if self.messages_field is None:  # nor that of a run without conversations
+            skip |= {"messages_field", "chat_template", "train_on"}
         if not self.keep_order:  # the record of a shuffled run is unchanged
             skip.add("keep_order")
         else:  # one group per file, read in order: none of these moves a document
@@ -246,6 +271,7 @@ class TokenizeConfig:
         """Plain JSON-safe values, flat field names."""
         out = dataclasses.asdict(self)
         out["format"] = self.format.value
+        out["train_on"] = self.train_on.value
         out["documents"] = list(self.documents)
         return out
 
@@ -363,8 +389,9 @@ def check_jsonl_options(data: Mapping[str, Any]) -> None:
             check_int(data[name], name, 0)
     if data.get("text_field") is not None:
         check_path(data["text_field"], "text_field")
-    if data.get("loss_spans_field") is not None:
-        raise ConfigError(
-            "--format jsonl tokenizes while training and keeps no loss mask; "
-            "--loss-spans-field needs a token format (--format dolma, numpy, datatrove...)"
-        )
+    for name in ("loss_spans_field", "messages_field"):
+        if data.get(name) is not None:
+            raise ConfigError(
+                "--format jsonl tokenizes while training and keeps no loss mask; "
+                f"--{name.replace('_', '-')} needs a token format (--format dolma, numpy...)"
+            )

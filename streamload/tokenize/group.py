@@ -5,7 +5,9 @@ Per batch of documents from the ring (:mod:`streamload.tokenize.shuffle`): one
 document goes to the :class:`~streamload.tokenize.outputs.PartWriter`. Per-document Python
 work is the JSON parse, a strip, a list → array conversion and a write call. With
 ``loss_spans_field`` the batch is encoded with offsets and each document's loss mask is
-written beside its tokens (:mod:`streamload.tokenize.loss_spans`).
+written beside its tokens (:mod:`streamload.tokenize.loss_spans`); with ``messages_field``
+each document is a conversation rendered by the chat template, its mask the trained turns'
+(:mod:`streamload.tokenize.chat`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from streamload.config.chat import TrainOn
 from streamload.formats.encoder import DocumentEncoder
+from streamload.tokenize.chat import ChatRenderer, encode_chat, load_chat_template
 from streamload.tokenize.config import TokenizeConfig
 from streamload.tokenize.inputs import DocumentReader, InputDocument, ReadCounts, open_documents
 from streamload.tokenize.loss_spans import encode_with_masks
@@ -50,6 +54,23 @@ def _encoder(
     return DocumentEncoder(path, bos, eos, segment)
 
 
+@functools.lru_cache(maxsize=4)
+def chat_renderer(
+    tokenizer: str, template: str | None, field: str, train_on: TrainOn, sha256: str
+) -> ChatRenderer:
+    """One chat renderer per process and template (``sha256``: the template's, a changed
+    file is another renderer)."""
+    return ChatRenderer(load_chat_template(tokenizer, template), field, train_on)
+
+
+def _chat_of(cfg: TokenizeConfig) -> ChatRenderer | None:
+    """The run's chat renderer (``None``: documents are texts)."""
+    if cfg.messages_field is None:
+        return None
+    sha = load_chat_template(cfg.tokenizer, cfg.chat_template).sha256
+    return chat_renderer(cfg.tokenizer, cfg.chat_template, cfg.messages_field, cfg.train_on, sha)
+
+
 def run_group(
     job: GroupJob, tokenizer_sha256: str, progress: ProgressFn | None = None
 ) -> dict[str, Any]:
@@ -66,6 +87,7 @@ def run_group(
     cfg = job.config
     segment = cfg.segment_before_tokenization
     encoder = _encoder(cfg.tokenizer, cfg.bos_token_id, cfg.eos_token_id, segment, tokenizer_sha256)
+    chat = _chat_of(cfg)
     record = RunRecord(cfg.destination, cfg.work_dir_output)
     staging = record.staging(job.index)
     readers: list[DocumentReader] = []
@@ -77,6 +99,7 @@ def run_group(
             cfg.id_field,
             skip_bad_lines=cfg.skip_bad_lines,
             loss_spans_field=cfg.loss_spans_field,
+            chat=chat,
         )
         readers.append(reader)
         return reader
@@ -84,12 +107,12 @@ def run_group(
     stem = part_stem(job.index, job.num_groups)
     documents = tokens = 0
     batches = ring_batches(job.files, open_file, cfg.ring_size, cfg.batch_size)
-    masks = cfg.loss_spans_field is not None
+    masks = cfg.loss_spans_field is not None or chat is not None
     with PartWriter(
         cfg.format, staging, stem, np.dtype(job.dtype), cfg.max_size, cfg.tokenizer, masks=masks
     ) as writer:
         for number, batch in enumerate(batches):
-            encoded, loss_masks = _encode(encoder, batch, masks)
+            encoded, loss_masks = _encode(encoder, batch, masks, chat is not None)
             order = list(range(len(batch)))
             if not cfg.keep_order:  # keep_order: one file per group, read in order (shuffle.py)
                 batch_rng(cfg.seed, job.index, number).shuffle(order)
@@ -109,10 +132,13 @@ def run_group(
 
 
 def _encode(
-    encoder: DocumentEncoder, batch: list[InputDocument], masks: bool
+    encoder: DocumentEncoder, batch: list[InputDocument], masks: bool, chat: bool
 ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
-    """A batch's token ids, and with ``masks`` their loss masks from the trained spans."""
+    """A batch's token ids, and with ``masks`` their loss masks from the trained spans
+    (``chat``: of rendered conversations, by transformers' rule)."""
     texts = [doc.text for doc in batch]
+    if chat:
+        return encode_chat(encoder, texts, [doc.trained for doc in batch])
     if not masks:
         return encoder.encode(texts), None
     return encode_with_masks(encoder, texts, [doc.trained or () for doc in batch])

@@ -16,8 +16,9 @@ Every document follows the same rules, in one place (:meth:`DocumentReader._docu
 string text field (``text_field``, dots reach into nested objects; for a table the first part
 is the column), stripped, an empty text counted and left out; an id (``id_field``) or
 dolma's ``{sha256(path)}-{n}``; with ``loss_spans_field`` the trained ``[start, end)``
-character spans of the text (:mod:`streamload.tokenize.loss_spans`). ``n`` is the 1-based
-line or row of the file.
+character spans of the text (:mod:`streamload.tokenize.loss_spans`); with a chat renderer, a
+conversation (``messages_field``) rendered by the chat template instead of a text, never
+stripped (:mod:`streamload.tokenize.chat`). ``n`` is the 1-based line or row of the file.
 
 Bad lines and rows (not JSON, not an object, no string text, no id, bad spans) raise
 :class:`FormatError` naming the file, the line or row and the field, or with
@@ -30,8 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 
@@ -39,7 +39,11 @@ from streamload.errors import ConfigError, FormatError
 from streamload.formats.arrow import text as arrow_text
 from streamload.formats.mds import text as mds_text
 from streamload.formats.text_columns import MissingColumnError
+from streamload.tokenize.documents import InputDocument, ReadCounts
 from streamload.tokenize.loss_spans import Spans, parse_spans
+
+if TYPE_CHECKING:
+    from streamload.tokenize.chat import ChatRenderer
 
 __all__ = [
     "TEXT_SUFFIXES",
@@ -129,39 +133,6 @@ def _as_given(pattern: str, stripped: str, found: str, fs: Any) -> str:
     return found[len(root) :] if found.startswith(root) else found
 
 
-@dataclass(frozen=True)
-class InputDocument:
-    """One document read from a line or row: stripped text, id, source path, 1-based line or
-    row (``loc``), and the trained character spans of the text (``None`` without
-    ``loss_spans_field``)."""
-
-    text: str
-    id: str
-    src: str
-    loc: int
-    trained: Spans | None = None
-
-
-@dataclass
-class ReadCounts:
-    """What a reader saw: lines (or rows), documents given out, empty texts and bad lines
-    (or rows) skipped."""
-
-    lines: int = 0
-    documents: int = 0
-    empty: int = 0
-    bad: int = 0
-    bad_examples: list[str] = field(default_factory=list)
-
-    def add(self, other: ReadCounts) -> None:
-        """Add another reader's counts (keeps the first few bad-line examples)."""
-        self.lines += other.lines
-        self.documents += other.documents
-        self.empty += other.empty
-        self.bad += other.bad
-        self.bad_examples.extend(other.bad_examples[: 5 - len(self.bad_examples)])
-
-
 def _field(obj: Any, keys: tuple[str, ...]) -> Any:
     for key in keys:
         if not isinstance(obj, dict) or key not in obj:
@@ -193,6 +164,8 @@ class DocumentReader:
         loss_spans_field: Key of the trained character spans (dotted for nested objects);
             ``None``: documents carry none.
         storage_options: fsspec options of the file's file system.
+        chat: Renders each record's messages (its ``messages_field``) into the document's
+            text and trained spans; ``text_field`` is then unused.
 
     Attributes:
         path: The file.
@@ -214,8 +187,11 @@ class DocumentReader:
         skip_bad_lines: bool = False,
         loss_spans_field: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
+        chat: ChatRenderer | None = None,
     ) -> None:
         self.path = path
+        self._chat = chat
+        self._messages = _keys(chat.messages_field) if chat is not None else None
         self._text = tuple(text_field.split("."))
         self._id = _keys(id_field)
         self._spans = _keys(loss_spans_field)
@@ -241,22 +217,13 @@ class DocumentReader:
 
     def _document(self, number: int, obj: Any) -> InputDocument | None:
         """Record ``number``'s document, or ``None`` (empty text, or bad and skipped)."""
-        text = _field(obj, self._text)
-        if not isinstance(text, str):
-            what = "has no" if text is None else f"has a {type(text).__name__} in its"
-            self._bad(number, f"{what} text field {'.'.join(self._text)!r}; expected a string")
+        found = self._text_of(number, obj) if self._messages is None else self._chat_of(number, obj)
+        if found is None:
             return None
-        raw, text = text, text.strip()
+        text, trained = found
         if not text:
             self.counts.empty += 1
             return None
-        trained = None
-        if self._spans is not None:
-            try:
-                trained = parse_spans(_field(obj, self._spans), raw, text)
-            except ValueError as exc:
-                self._bad(number, f"loss spans field {'.'.join(self._spans)!r} {exc}")
-                return None
         if self._id is None:
             doc_id = f"{self._path_hash}-{number}"
         else:
@@ -266,6 +233,31 @@ class DocumentReader:
                 return None
             doc_id = str(doc_id)
         return InputDocument(text, doc_id, self.path, number, trained)
+
+    def _text_of(self, number: int, obj: Any) -> tuple[str, Spans | None] | None:
+        """The stripped text and trained spans of a record (``None``: bad, counted)."""
+        text = _field(obj, self._text)
+        if not isinstance(text, str):
+            what = "has no" if text is None else f"has a {type(text).__name__} in its"
+            self._bad(number, f"{what} text field {'.'.join(self._text)!r}; expected a string")
+            return None
+        raw, text = text, text.strip()
+        if not text or self._spans is None:
+            return text, None
+        try:
+            return text, parse_spans(_field(obj, self._spans), raw, text)
+        except ValueError as exc:
+            self._bad(number, f"loss spans field {'.'.join(self._spans)!r} {exc}")
+            return None
+
+    def _chat_of(self, number: int, obj: Any) -> tuple[str, Spans | None] | None:
+        """A conversation rendered by the chat template (``None``: bad, counted)."""
+        assert self._chat is not None and self._messages is not None
+        try:
+            return self._chat.render(_field(obj, self._messages))
+        except ValueError as exc:
+            self._bad(number, f"messages field {'.'.join(self._messages)!r} {exc}")
+            return None
 
     def __iter__(self) -> Iterator[InputDocument]:
         try:
@@ -341,7 +333,8 @@ class TableReader(DocumentReader):
         if read is None:
             raise ConfigError(f"{path}: a JSONL file, not a table; read it with LineReader")
         self._read = read
-        fields = {"text_field": self._text, "id_field": self._id,
+        fields = {"text_field": self._text if self._messages is None else None,
+                  "messages_field": self._messages, "id_field": self._id,
                   "loss_spans_field": self._spans}  # fmt: skip
         self._options: dict[str, str] = {}  # column -> the option that names it
         for option, keys in fields.items():
@@ -364,6 +357,7 @@ def open_documents(
     skip_bad_lines: bool = False,
     loss_spans_field: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
+    chat: ChatRenderer | None = None,
 ) -> DocumentReader:
     """A reader of the documents of ``path``, by its kind (:func:`input_kind`).
 
@@ -384,4 +378,5 @@ def open_documents(
         skip_bad_lines=skip_bad_lines,
         loss_spans_field=loss_spans_field,
         storage_options=storage_options,
+        chat=chat,
     )

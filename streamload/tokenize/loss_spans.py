@@ -25,7 +25,7 @@ import numpy as np
 
 from streamload.formats.encoder import DocumentEncoder
 
-__all__ = ["Spans", "encode_with_masks", "parse_spans", "token_mask"]
+__all__ = ["Spans", "add_bos_eos", "encode_with_masks", "parse_spans", "token_mask"]
 
 Spans = tuple[tuple[int, int], ...]
 """Trained ``[start, end)`` character ranges of a (stripped) text."""
@@ -105,18 +105,27 @@ def encode_with_masks(
     encodings = encoder.tokenizer.encode_batch(list(texts), add_special_tokens=False)
     ids_out, masks_out = [], []
     for text, trained, encoding in zip(texts, spans, encodings, strict=True):
-        ids = list(encoding.ids)
         mask = token_mask(encoding.offsets, trained, len(text)).tolist()
-        if ids:
-            if encoder.bos is not None and ids[0] != encoder.bos:
-                ids.insert(0, encoder.bos)
-                mask.insert(0, False)
-            if encoder.eos is not None and ids[-1] != encoder.eos:
-                ids.append(encoder.eos)
-                mask.append(mask[-1])
-        ids_out.append(np.array(ids, dtype=np.int64))
-        masks_out.append(np.array(mask, dtype=bool))
+        ids, flags = add_bos_eos(encoder, list(encoding.ids), mask)
+        ids_out.append(ids)
+        masks_out.append(flags)
     return ids_out, masks_out
+
+
+def add_bos_eos(
+    encoder: DocumentEncoder, ids: list[int], mask: list[bool]
+) -> tuple[np.ndarray, np.ndarray]:
+    """A document's ids (int64) and mask (bool) with the encoder's BOS/EOS added where absent
+    (module docstring: BOS untrained, EOS trained as the token before it); no token stays
+    none."""
+    if ids:
+        if encoder.bos is not None and ids[0] != encoder.bos:
+            ids.insert(0, encoder.bos)
+            mask.insert(0, False)
+        if encoder.eos is not None and ids[-1] != encoder.eos:
+            ids.append(encoder.eos)
+            mask.append(mask[-1])
+    return np.array(ids, dtype=np.int64), np.array(mask, dtype=bool)
 
 
 def _short(value: Any) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from streamload.errors import WorkerDiedError
 from streamload.formats.encoder import DocumentEncoder
+from streamload.tokenize.chat import ChatRenderer, load_chat_template
 from streamload.tokenize.config import TokenizeConfig
 from streamload.tokenize.group import GroupJob, run_group
 from streamload.tokenize.inputs import expand_documents
@@ -105,8 +106,9 @@ def plan_run(config: TokenizeConfig, *, claim: bool = True) -> RunPlan:
         claim: Record the run in the destination (``False`` for a dry run).
 
     Raises:
-        ConfigError: no input, bad tokenizer, a dtype too small, or a destination that holds
-            another run's outputs or is being written by another run (``claim`` only).
+        ConfigError: no input, bad tokenizer, a dtype too small, no chat template (or one
+            that does not parse or lacks what ``train_on`` needs), or a destination that
+            holds another run's outputs or is being written by another run (``claim`` only).
     """
     files = tuple(expand_documents(config.documents))
     encoder = DocumentEncoder(config.tokenizer, config.bos_token_id, config.eos_token_id)
@@ -118,11 +120,16 @@ def plan_run(config: TokenizeConfig, *, claim: bool = True) -> RunPlan:
         listed = group_files(files, config.seed, config.processes, config.files_per_process)
     groups = tuple(tuple(g) for g in listed)
     sha = file_sha256(config.tokenizer)
+    chat = {}
+    if config.messages_field is not None:  # the template's text decides the outputs too
+        template = load_chat_template(config.tokenizer, config.chat_template)
+        ChatRenderer(template, config.messages_field, config.train_on)  # fails before any work
+        chat = {"chat_template_sha256": template.sha256}
     record = RunRecord(config.destination, config.work_dir_output)
     mine = [g for g in range(len(groups)) if g % config.num_shards == config.shard_index]
     if claim:
         run = {"config": config.output_key(), "files": list(files), "tokenizer_sha256": sha,
-               "dtype": dtype.name, "groups": len(groups)}  # fmt: skip
+               "dtype": dtype.name, "groups": len(groups), **chat}  # fmt: skip
         with _lock(config):
             record.claim(run)
             record.make_staging_root()

@@ -11,7 +11,9 @@ cache. Layout under the source's ``cache_dir`` (a local folder or an fsspec URL)
 
 * The **settings key** hashes what decides the bytes besides the input: the cache schema,
   the tokenizer file's sha256, BOS/EOS, the text field, the input kind, the dtype and the
-  bad-row rule. Another tokenizer or option is another folder: entries never mix.
+  bad-row rule; for a chat source also the messages field, ``train_on`` and the sha256 of the
+  chat template's text (with its special tokens). Another tokenizer, template or option is
+  another folder: entries never mix.
 * The **file key** hashes the input file's URL, size and version (a local file's
   modification time, an object's ETag or generation): a changed file gets a new key and is
   tokenized again; the old outputs are left alone.
@@ -49,8 +51,15 @@ from typing import Any
 
 import numpy as np
 
+from streamload.config.chat import TrainOn
 from streamload.errors import ConfigError, FormatError, RemoteReadError, StreamloadError
 from streamload.formats.encoder import DocumentEncoder
+from streamload.tokenize.chat import (
+    ChatRenderer,
+    ChatTemplate,
+    check_train_on,
+    load_chat_template,
+)
 from streamload.tokenize.config import OutputFormat
 from streamload.tokenize.outputs import choose_dtype
 from streamload.tokenize.text_file import (
@@ -64,6 +73,12 @@ from streamload.tokenize.text_file import (
 from streamload.util.files import file_sha256, write_atomic
 
 __all__ = ["SCHEMA", "TextCache", "TextInput", "TextSettings"]
+
+_NOT_KEYED = {"tokenizer", "messages_field", "chat_template", "train_on"}
+"""Settings not in the key as they are: the tokenizer is keyed by its sha256; the chat options
+only for a chat source (by the template's sha256, not its path), so other keys stay as they
+were."""
+_RENDERERS: dict[tuple[str, str, str], ChatRenderer] = {}
 
 SCHEMA = "streamload-text-1"
 """The cache's layout and marker version: part of the settings key, so a streamload that
@@ -81,7 +96,8 @@ class TextCache:
             ``storage_options``): the inputs may be on another storage than the cache.
 
     Raises:
-        ConfigError: the tokenizer cannot be read, or the dtype cannot hold its ids.
+        ConfigError: the tokenizer cannot be read, or the dtype cannot hold its ids; a chat
+            source's template is missing or lacks what ``train_on`` needs.
     """
 
     def __init__(
@@ -108,8 +124,17 @@ class TextCache:
         described = {
             "schema": SCHEMA,
             "tokenizer_sha256": self.tokenizer_sha256,
-            **{k: v for k, v in asdict(settings).items() if k != "tokenizer"},
+            **{k: v for k, v in asdict(settings).items() if k not in _NOT_KEYED},
         }
+        self.chat_template: ChatTemplate | None = None
+        if settings.messages_field is not None:  # a text source's key is unchanged
+            self.chat_template = load_chat_template(settings.tokenizer, settings.chat_template)
+            check_train_on(self.chat_template, settings.train_on)
+            described.update(
+                messages_field=settings.messages_field,
+                train_on=settings.train_on,
+                chat_template_sha256=self.chat_template.sha256,
+            )
         self.described = described
         self.key = _digest(json.dumps(described, sort_keys=True))[:16]
         self.fs, stripped = fsspec.core.url_to_fs(root, **self.storage_options)
@@ -134,6 +159,16 @@ class TextCache:
         """The tokenizer with BOS/EOS (one per process: :func:`encoder_of`)."""
         s = self.settings
         return encoder_of(s.tokenizer, s.bos_token_id, s.eos_token_id, self.tokenizer_sha256)
+
+    def renderer(self) -> ChatRenderer | None:
+        """A chat source's renderer (one per process and template), else ``None``."""
+        template, s = self.chat_template, self.settings
+        if template is None or s.messages_field is None:
+            return None
+        key = (template.sha256, s.messages_field, s.train_on)
+        if key not in _RENDERERS:
+            _RENDERERS[key] = ChatRenderer(template, s.messages_field, TrainOn(s.train_on))
+        return _RENDERERS[key]
 
     def file_key(self, item: TextInput) -> str:
         """The key of an input file's outputs: its URL, size and version hashed."""
@@ -256,7 +291,7 @@ class TextCache:
         """Tokenize ``item`` into ``staging``; its marker (:func:`write_parts`)."""
         found = write_parts(
             item, key, staging, self.settings, self.dtype, self.encoder(), self.input_options,
-            progress,
+            progress, self.renderer(),
         )  # fmt: skip
         return {"schema": SCHEMA, **found}
 

@@ -4,7 +4,9 @@
 JSONL, Parquet, Arrow, MDS), encodes them in batches with ``streamload tokenize``'s encoder and
 writes them with its :class:`~streamload.tokenize.outputs.PartWriter` into a staging folder,
 so the parts are the bytes ``streamload tokenize --keep-order --format megatron`` writes for
-that file; :mod:`streamload.tokenize.text_cache` publishes them.
+that file; :mod:`streamload.tokenize.text_cache` publishes them. A chat source
+(``messages_field``) renders each row's conversation with the chat template and writes each
+part's loss mask beside it (``<part>.bin.loss``, found by the loader like any mask file).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from streamload.formats.encoder import DocumentEncoder
+from streamload.tokenize.chat import ChatRenderer, encode_chat
 from streamload.tokenize.config import DEFAULT_MAX_SIZE, OutputFormat
 from streamload.tokenize.inputs import ReadCounts, open_documents
 from streamload.tokenize.outputs import PartWriter
@@ -63,6 +66,10 @@ class TextSettings:
         kind: Every input's kind (``parquet``, ``arrow``, ``mds``), or ``None``: by name.
         dtype: Token dtype or ``auto`` (Megatron's rule: uint16 below 65,500 ids, else int32).
         skip_bad: Skip and count bad rows instead of failing.
+        messages_field: The chat messages' field (``None``: documents are texts).
+        chat_template: With ``messages_field``: the template file, or ``None``: the
+            tokenizer's own (:func:`~streamload.tokenize.chat.load_chat_template`).
+        train_on: With ``messages_field``: ``assistant``, ``last`` or ``all``.
     """
 
     tokenizer: str
@@ -72,6 +79,9 @@ class TextSettings:
     kind: str | None = None
     dtype: str = "auto"
     skip_bad: bool = False
+    messages_field: str | None = None
+    chat_template: str | None = None
+    train_on: str = "assistant"
 
 
 def write_parts(
@@ -83,18 +93,20 @@ def write_parts(
     encoder: DocumentEncoder,
     input_options: dict[str, Any],
     progress: ProgressFn | None,
+    chat: ChatRenderer | None = None,
 ) -> dict[str, Any]:
     """Tokenize ``item`` into ``{key}-{M:05d}`` parts in ``staging``; what its marker says
-    (input, parts, file sizes, counts, the build's stamp).
+    (input, parts, file sizes, counts, the build's stamp); ``chat`` renders conversations.
 
     Raises:
         FormatError: a bad row (without ``skip_bad``) or an unreadable input.
     """
-    reader = open_text(item.url, settings, input_options)
+    reader = open_text(item.url, settings, input_options, chat)
     documents = tokens = 0
     writer = PartWriter(
-        OutputFormat.MEGATRON, staging, key, dtype, DEFAULT_MAX_SIZE, settings.tokenizer
-    )
+        OutputFormat.MEGATRON, staging, key, dtype, DEFAULT_MAX_SIZE, settings.tokenizer,
+        masks=chat is not None,
+    )  # fmt: skip
     with writer:
         batch: list[Any] = []
         for doc in reader:
@@ -126,21 +138,29 @@ def write_parts(
 def _encode_into(
     encoder: DocumentEncoder, batch: list[Any], writer: PartWriter, progress: ProgressFn | None
 ) -> int:
-    encoded = encoder.encode([doc.text for doc in batch])
+    texts = [doc.text for doc in batch]
+    masks: list[np.ndarray] | list[None]
+    if writer.masks:  # conversations: their masks from the template's trained blocks
+        encoded, masks = encode_chat(encoder, texts, [doc.trained for doc in batch])
+    else:
+        encoded, masks = encoder.encode(texts), [None] * len(batch)
     total = 0
-    for tokens, doc in zip(encoded, batch, strict=True):
-        writer.add(tokens, doc)
+    for tokens, doc, mask in zip(encoded, batch, masks, strict=True):
+        writer.add(tokens, doc, mask)
         total += int(tokens.size)
     if progress is not None:
         progress(len(batch), total)
     return total
 
 
-def open_text(url: str, s: TextSettings, storage_options: dict[str, Any]) -> Any:
+def open_text(
+    url: str, s: TextSettings, storage_options: dict[str, Any], chat: ChatRenderer | None = None
+) -> Any:
     """A reader of ``url``'s documents whose messages speak of the source's options."""
     reader = open_documents(
-        url, s.text_field, None, skip_bad_lines=s.skip_bad, storage_options=storage_options
-    )
+        url, s.text_field, None, skip_bad_lines=s.skip_bad, storage_options=storage_options,
+        chat=chat,
+    )  # fmt: skip
     reader.skip_hint = 'set on_error = "skip" in the source to skip and count such rows'
     return reader
 

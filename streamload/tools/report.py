@@ -29,6 +29,7 @@ __all__ = [
     "check_plan_steps",
     "cumulative_shares",
     "mixture_report",
+    "seq_len_report",
     "split_report",
 ]
 
@@ -209,3 +210,10 @@ def split_report(stream: SampleStream) -> dict[str, Any]:
             "parts": parts,
         }  # fmt: skip
     return out
+
+
+def seq_len_report(stream: SampleStream) -> dict[str, Any]:
+    """``{"seq_len_schedule": stretches}`` of a stream with a sequence-length schedule
+    (:meth:`streamload.plan.seq_len.SeqLenSchedule.describe`), else ``{}``."""
+    schedule = getattr(stream, "seq_schedule", None)  # source-based streams have one
+    return {} if schedule is None else {"seq_len_schedule": schedule.describe()}

@@ -303,9 +303,10 @@ def load_step(stream: SampleStream, request: StepRequest) -> StepBatch:
     config = stream.config
     findable = config.eos_token_id is not None or stream.has_documents
     chunk = WindowReader(stream, documents=findable)(plan)
-    n = plan.sample_ids.shape[1]
+    n = chunk.plan.sample_ids.shape[1]  # rows: a seq_len warm-up cuts each window in `cut`
+    cut = n // plan.sample_ids.shape[1]
     if request.rank is None:
-        ranks = np.tile(np.arange(n, dtype=np.int64) // split.batch_size, accum)
+        ranks = np.tile(np.arange(n, dtype=np.int64) // (split.batch_size * cut), accum)
     else:
         ranks = np.full(n * accum, split.rank, dtype=np.int64)
     micro = np.repeat(np.arange(accum, dtype=np.int64), n)

@@ -6,12 +6,24 @@ positions as inclusive ranges, then one line per document with where it comes fr
 with its content: the decoded text (quoted, escapes visible) or the token ids. A document
 longer than ``max_tokens`` shows its first and last tokens around a count of those left out.
 
+Where the data's loss mask is in play (a label is -100 other than at a document boundary or
+over the padding: an SFT prompt), the tokens that are not trained as targets are bracketed
+``[- … -]`` (plain text, so it survives a pipe or a log): token ``t`` is trained when
+``labels[t - 1]`` is not -100, the row's first token never.
+
 Example::
 
     sample 12 · rank 1 row 0 · source web #17 (epoch 0) at token 1234
       masked labels (2 of 16): 4, 15
       [0, 5) doc 12 of part-0.npy @ 120, began 3 tokens before · id=d12 src=a.json.gz
           "lo world<|endoftext|>"
+
+and a packed conversation whose prompt is not trained::
+
+      masked labels (9 of 16): 0-5, 10-12
+      trained labels 7 of 16; [- -] marks the tokens not trained (prompt, boundaries)
+      [0, 10) doc 3 of chat.jsonl @ 40
+          [-"<|user|>Hi?<|end|>"-] "Hello!<|end|>"
 """
 
 from __future__ import annotations
@@ -24,7 +36,11 @@ from typing import Any
 from streamload.tools.documents import short_value
 from streamload.tools.show_report import Decoder
 
-__all__ = ["format_step", "inclusive_ranges"]
+__all__ = ["UNTRAINED", "format_step", "inclusive_ranges", "untrained_tokens"]
+
+UNTRAINED = ("[-", "-]")
+"""What brackets a run of tokens that are not trained as targets (plain ASCII)."""
+_IGNORE = -100
 
 
 def inclusive_ranges(ranges: Sequence[Sequence[int]]) -> str:
@@ -89,6 +105,12 @@ def _sample(
     masked = sum(b - a for a, b in sample["masked"])
     lines = [head, f"  masked labels ({masked} of {report['seq_len']}): "
              f"{inclusive_ranges(sample['masked'])}"]  # fmt: skip
+    untrained = untrained_tokens(sample)
+    if untrained is not None:
+        lines.append(
+            f"  trained labels {report['seq_len'] - masked} of {report['seq_len']}; "
+            f"{' '.join(UNTRAINED)} marks the tokens not trained (prompt, boundaries)"
+        )
     if sample["documents_from"] is None:
         lines.append("  documents: unknown (no document index and no eos_token_id)")
     else:
@@ -97,8 +119,28 @@ def _sample(
     for doc in sample["documents"]:
         lines.append(f"  [{doc['start']}, {doc['end']}) " + _provenance(doc, root))
         if doc["kind"] != "padding":  # its tokens are all pad_token_id
-            lines.append("      " + _content(ids[doc["start"] : doc["end"]], decoder, max_tokens))
+            span = slice(doc["start"], doc["end"])
+            flags = None if untrained is None else untrained[span]
+            lines.append("      " + _content(ids[span], decoder, max_tokens, flags))
     return lines
+
+
+def untrained_tokens(sample: dict[str, Any]) -> list[bool] | None:
+    """Whether each input token of a report's sample is *not* trained as a target
+    (``labels[t - 1]`` is -100; token 0 never is); ``None`` when only document boundaries
+    and padding are masked (no loss mask in play: nothing worth marking)."""
+    labels = sample["labels"]
+    if sample["skipped"]:
+        return None
+    expected: set[int] = set()  # label positions boundaries and padding mask anyway
+    for doc in sample["documents"]:
+        if doc["kind"] == "padding":
+            expected.update(range(max(doc["start"] - 1, 0), len(labels)))
+        elif doc["start"] > 0:
+            expected.add(doc["start"] - 1)
+    if all(label != _IGNORE or t in expected for t, label in enumerate(labels)):
+        return None
+    return [t == 0 or labels[t - 1] == _IGNORE for t in range(len(labels))]
 
 
 def _provenance(doc: dict[str, Any], root: str) -> str:
@@ -118,15 +160,30 @@ def _provenance(doc: dict[str, Any], root: str) -> str:
     return f"{text} · {fields}" if fields else text
 
 
-def _content(ids: Sequence[int], decoder: Decoder | None, max_tokens: int) -> str:
+def _content(
+    ids: Sequence[int], decoder: Decoder | None, max_tokens: int, untrained: list[bool] | None
+) -> str:
+    flags = untrained or [False] * len(ids)
     if len(ids) <= max_tokens:
-        return _render(ids, decoder)
+        return _marked(ids, flags, decoder)
     keep_head = (max_tokens + 1) // 2
     keep_tail = max_tokens // 2
-    tail = ids[len(ids) - keep_tail :] if keep_tail else []
+    cut = len(ids) - keep_tail
+    tail = _marked(ids[cut:], flags[cut:], decoder) if keep_tail else ""
     middle = f"… {len(ids) - keep_head - keep_tail} more tokens …"
-    return " ".join(p for p in (_render(ids[:keep_head], decoder), middle,
-                                _render(tail, decoder)) if p)  # fmt: skip
+    head = _marked(ids[:keep_head], flags[:keep_head], decoder)
+    return " ".join(p for p in (head, middle, tail) if p)
+
+
+def _marked(ids: Sequence[int], untrained: Sequence[bool], decoder: Decoder | None) -> str:
+    """The tokens rendered run by run, runs not trained in :data:`UNTRAINED` brackets."""
+    parts, at = [], 0
+    for flag, run in itertools.groupby(untrained):
+        size = len(list(run))
+        text = _render(ids[at : at + size], decoder)
+        parts.append(f"{UNTRAINED[0]}{text}{UNTRAINED[1]}" if flag else text)
+        at += size
+    return " ".join(parts)
 
 
 def _render(ids: Sequence[int], decoder: Decoder | None) -> str:

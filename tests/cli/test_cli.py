@@ -64,17 +64,20 @@ def test_inspect_json_keys(tmp_path: Path, capsys) -> None:
     shutil.copytree(DATA / "dolma", folder)
     assert main(["inspect", str(folder / "part-0-00000.npy"), "--dtype", "uint16", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"format", "dtype", "num_documents", "num_tokens", "shards"}
+    keys = {"format", "dtype", "num_documents", "num_tokens", "trained_tokens", "shards"}
+    assert set(report) == keys
     assert (report["format"], report["dtype"], report["num_documents"]) == ("dolma", "uint16", 3)
     assert report["num_tokens"] == 16
     assert set(report["shards"][0]) == {
         "path",
         "num_documents",
         "num_tokens",
+        "trained_tokens",
         "loss_mask",
         "loss_mask_column",
     }
     assert report["shards"][0]["loss_mask"] is None
+    assert report["trained_tokens"] == report["shards"][0]["trained_tokens"] == 16  # no mask
 
 
 def test_docs_split_at_eos_without_an_index(capsys) -> None:

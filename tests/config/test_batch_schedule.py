@@ -112,6 +112,13 @@ def test_bad_schedules_are_refused_with_the_rule(extra: dict[str, Any], match: s
         load_config(config(**extra))
 
 
+def test_a_sequence_length_warm_up_beside_it_is_refused() -> None:
+    warmup = {"seq_len": 8, "seq_len_schedule": [{"start_step": 0, "seq_len": 4}]}
+    cfg = config(global_batch_size=8, rampup_batch_size=[4, 4, 40], **warmup)
+    with pytest.raises(ConfigError, match=r"with a sequence-length warm-up .* not supported yet"):
+        load_config(cfg)
+
+
 def test_vsl_refuses_a_schedule() -> None:
     sampling = {"mode": "vsl", "tokens_per_batch": 64, "min_seq_len": 4}
     cfg = config(sampling=sampling, global_batch_size=8, rampup_batch_size=[4, 4, 40])

@@ -47,7 +47,7 @@ def refused(cfg: dict[str, Any], match: str) -> None:
 
 def test_mode_and_long_document_values() -> None:
     assert [m.value for m in SamplingMode] == ["concat", "megatron", "packed", "padded", "vsl"]
-    assert [m.value for m in LongDocuments] == ["split", "truncate"]
+    assert [m.value for m in LongDocuments] == ["split", "truncate", "drop"]
     assert [m for m in SamplingMode if m.whole_documents] == [
         SamplingMode.PACKED,
         SamplingMode.PADDED,
@@ -146,14 +146,14 @@ def test_pad_token_id_is_refused_in_megatron_mode() -> None:
 
 def test_long_documents_values() -> None:
     refused(
-        config(sampling={"long_documents": "drop"}),
-        r"sampling\.long_documents = 'drop' is not one of 'split', 'truncate'",
+        config(sampling={"long_documents": "skip"}),
+        r"sampling\.long_documents = 'skip' is not one of 'split', 'truncate', 'drop'",
     )
     refused(config(sampling={"long_documents": True}), r"sampling\.long_documents = True")
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("value", ["split", "truncate"])
+@pytest.mark.parametrize("value", ["split", "truncate", "drop"])
 def test_long_documents_in_whole_document_modes(mode: str, value: str) -> None:
     cfg = load_config(config(mode, sampling={"long_documents": value}))
     assert cfg.sampling.long_documents is LongDocuments(value)

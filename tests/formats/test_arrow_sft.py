@@ -1,4 +1,4 @@
-"""Hugging Face / TRL SFT columns of Arrow and Parquet token files (issue 33): ``labels``
+"""Hugging Face / TRL SFT columns of Arrow, Parquet and JSONL token files (issue 33): ``labels``
 (-100 = not trained) read as the loss mask ``labels != -100``, TRL's ``assistant_masks`` and
 ``completion_mask``, which one is read when several are there, and the refusals. The
 fixtures (``tests/fixtures/hf_sft``) were written by ``datasets``; the loader's labels are
@@ -31,6 +31,9 @@ SFT = TESTS / "fixtures" / "hf_sft"
 EXPECTED: dict[str, Any] = json.loads((SFT / "expected.json").read_text())["files"]
 FOLDERS = {"save_to_disk": sorted(k for k in EXPECTED if k.startswith("save_to_disk/"))}
 FOLDERS["to_parquet"] = ["to_parquet/train.parquet"]
+FOLDERS["to_json"] = ["to_json/train.jsonl"]
+PATHS = {name: SFT / name for name in FOLDERS}
+PATHS["to_json"] = SFT / "to_json" / "*.jsonl"  # a folder lists no .jsonl: a glob does
 IGNORE = -100
 
 
@@ -82,7 +85,7 @@ def test_concat_labels_are_the_rows_labels_shifted(folder: str) -> None:
     data = rows(folder)
     tokens = np.concatenate([np.asarray(r, np.int64) for r in data["input_ids"]])
     labels = np.concatenate([np.asarray(r, np.int64) for r in data["labels"]])
-    got = batches(config(SFT / folder, "concat", 8))
+    got = batches(config(PATHS[folder], "concat", 8))
     samples = [row for batch in got for row in batch["labels"].tolist()]
     assert len(samples) == (tokens.size - 1) // 8 - (((tokens.size - 1) // 8) % 2)
     for k, sample in enumerate(samples):
@@ -113,7 +116,7 @@ def test_packed_labels_are_each_conversations_labels_shifted(folder: str) -> Non
     """Each packed segment is one whole conversation; its labels are its dataset labels
     shifted by one (:func:`segment_labels`), padding -100."""
     data = rows(folder)
-    got = batches(config(SFT / folder, "packed", 24))
+    got = batches(config(PATHS[folder], "packed", 24))
     seen = 0
     for batch in got:
         for row in range(batch["input_ids"].shape[0]):
@@ -129,7 +132,8 @@ def test_packed_labels_are_each_conversations_labels_shifted(folder: str) -> Non
     assert seen >= len(data["input_ids"]) - 2
     if folder == "to_parquet":  # by hand: a conversation whose last 6 tokens are trained
         assert got[0]["labels"][0].tolist()[11:19] == [IGNORE, 88, 281, 118, 206, 1, 0, IGNORE]
-    else:  # a conversation of 11 tokens fills the sample: its EOS is the last label
+    elif folder == "save_to_disk":  # a conversation of 11 tokens fills the sample: its EOS
+        # is the last label
         tail = [row for batch in got for row in batch["labels"].tolist()][8][14:]
         assert tail == [IGNORE] * 7 + [78, 1, 0]
 
@@ -188,7 +192,7 @@ def test_mask_column_names_any_of_them(folder: str, column: str) -> None:
     data = rows(folder)
     want = [int(v != IGNORE) if column == "labels" else int(v) for r in data[column] for v in r]
     got: list[int] = []
-    for info in describe(SFT / folder, mask_column=column).shards:
+    for info in describe(PATHS[folder], mask_column=column).shards:
         assert info.meta["mask_column"] == column
         got += mask_reader(info).tokens(0, info.num_tokens).tolist()
     assert got == want
@@ -249,6 +253,6 @@ def test_a_bad_label_in_a_later_record_batch_names_the_files_row(tmp_path: Path)
 @pytest.mark.filterwarnings("ignore:each pass of")
 @pytest.mark.parametrize("folder", sorted(FOLDERS))
 def test_packed_labels_resume_exactly(folder: str) -> None:
-    cfg = config(SFT / folder, "packed", 24)
+    cfg = config(PATHS[folder], "packed", 24)
     cfg["sampling"]["shuffle"] = True
     assert_resumes_exactly(lambda: build_loader(cfg, batch_size=2), passes=2)

@@ -249,7 +249,7 @@ def test_huge_document_becomes_pieces_at_stride_seq_len() -> None:
 
 def test_invalid_document_inputs() -> None:
     with pytest.raises(ConfigError, match="long_documents"):
-        document_items(np.array([0, 3]), 4, "drop")
+        document_items(np.array([0, 3]), 4, "skip")
     with pytest.raises(ConfigError, match="seq_len"):
         document_items(np.array([0, 3]), 0, "split")
     for bounds in ([0, 5, 4], [-1, 3], []):

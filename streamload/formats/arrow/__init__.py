@@ -6,6 +6,8 @@
 * ``masks`` — a table's loss-mask and id columns;
 * ``save_to_disk`` — a ``save_to_disk`` folder's own record of its files;
 * ``folder`` — write a ``save_to_disk`` folder; ``parquet_folder`` — a Hub-style Parquet one;
+* ``jsonl_rows`` — JSONL rows of token ids (``input_ids`` and SFT masks) parsed into a table,
+  for the ``jsonl`` format;
 * ``_metadata`` (per-document metadata columns), ``_pieces`` (record batches or row groups
   as consecutive pieces), ``_row_groups`` (decoded row groups, bounded), ``_write`` (one
   Arrow IPC stream as ``datasets`` writes it), ``_rolling_folder`` (output cut into files).

@@ -31,6 +31,7 @@ token 17).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,7 @@ __all__ = [
     "IGNORE_INDEX",
     "LABELS_COLUMN",
     "MASK_COLUMNS",
+    "RowName",
     "check_row_lengths",
     "column_types",
     "label_flags",
@@ -62,6 +64,13 @@ come first, so a file that has one of them keeps the mask it had; ``labels`` (wh
 model's loss reads) before TRL's two flag columns, and ``assistant_masks`` (the assistant's
 turns) before ``completion_mask`` (the whole completion, which may hold several turns)."""
 _MASK_DTYPE = np.dtype("u1")
+
+RowName = Callable[[int], str]
+"""How a message names row ``r`` of a file: ``row r`` for a table, ``line n`` for JSONL."""
+
+
+def _row(row: int) -> str:
+    return f"row {row}"
 
 
 def column_types(schema: Any) -> dict[str, str]:
@@ -165,7 +174,12 @@ def mask_lists(array: Any, column: str, where: str) -> tuple[Any, np.ndarray]:
 
 
 def check_row_lengths(
-    tokens: np.ndarray, flags: np.ndarray, where: str, first_row: int, columns: tuple[str, str]
+    tokens: np.ndarray,
+    flags: np.ndarray,
+    where: str,
+    first_row: int,
+    columns: tuple[str, str],
+    row_name: RowName = _row,
 ) -> None:
     """Every row holds as many mask flags as tokens.
 
@@ -175,6 +189,7 @@ def check_row_lengths(
         where: The file (and piece) the message names.
         first_row: The file's row number of the first row (messages count from the file).
         columns: ``(token column, mask column)``.
+        row_name: How the message names a row (``row 3``; a JSONL file's ``line 4``).
 
     Raises:
         FormatError: naming the first row that differs and both lengths.
@@ -184,7 +199,7 @@ def check_row_lengths(
     if differ.size:
         row = int(differ[0])
         raise FormatError(
-            f"{where}: row {first_row + row} has {int(token_lengths[row])} tokens in column "
+            f"{where}: {row_name(first_row + row)} has {int(token_lengths[row])} tokens in column "
             f"{columns[0]!r} but {int(flag_lengths[row])} flags in its loss-mask column "
             f"{columns[1]!r}; a loss mask holds one flag per token ({differ.size} row(s) "
             "differ)"
@@ -198,6 +213,7 @@ def label_flags(
     path: str,
     first_row: int,
     columns: tuple[str, str],
+    row_name: RowName = _row,
 ) -> np.ndarray:
     """A ``labels`` column's values as ``uint8`` flags, 1 where the label is not
     :data:`IGNORE_INDEX`, after checking they are a masked copy of the tokens.
@@ -209,6 +225,7 @@ def label_flags(
         path: The file the message names.
         first_row: The file's row number of the first row.
         columns: ``(token column, labels column)``.
+        row_name: How the message names a row (``row 3``; a JSONL file's ``line 4``).
 
     Raises:
         FormatError: a label that is neither -100 nor the token at its position, naming the
@@ -223,11 +240,12 @@ def label_flags(
         row = int(np.searchsorted(starts, at, side="right")) - 1
         last_row = first_row + starts.size - 2
         raise FormatError(
-            f"{path}: row {first_row + row}, position {at - int(starts[row])}: column "
+            f"{path}: {row_name(first_row + row)}, position {at - int(starts[row])}: column "
             f"{columns[1]!r} holds {int(values[at])} but the token in {columns[0]!r} is "
             f"{int(tokens[at])}; labels must be a masked copy of the tokens ({IGNORE_INDEX} "
             "where not trained, else the token itself, before any shift: the transformers "
-            f"convention; {bad.size} label(s) of rows {first_row}..{last_row} differ). Labels "
+            f"convention; {bad.size} label(s) differ, between {row_name(first_row)} and "
+            f"{row_name(last_row)}). Labels "
             'already shifted by one are not read; set label_masks = "none" to ignore them'
         )
     return trained.view(_MASK_DTYPE)
@@ -240,11 +258,12 @@ def mask_values(
     offsets: np.ndarray,
     where: tuple[str, int],
     mask_of: str,
+    row_name: RowName = _row,
 ) -> np.ndarray:
     """Mask column ``column``'s values (:func:`mask_lists`) as ``uint8`` flags: a
     ``labels`` column by :func:`label_flags` against ``tokens`` (its rows' values, list
     ``offsets``; ``where``: the file and its row number of the first row; ``mask_of``: the
-    token column), any other by :func:`mask_flags`."""
+    token column; ``row_name``: how messages name a row), any other by :func:`mask_flags`."""
     if column != LABELS_COLUMN:
         return mask_flags(flags)
-    return label_flags(flags, tokens, offsets, where[0], where[1], (mask_of, column))
+    return label_flags(flags, tokens, offsets, where[0], where[1], (mask_of, column), row_name)

@@ -21,6 +21,11 @@ keeps the last ones, as windows are read in runs) and checks each length against
 A source may instead name its tokenizing in the config (``tokenizer``, ``bos_token_id``,
 ``eos_token_id``, ``text_field``): then ``describe`` prepares each file whose record is
 missing, stale, or made with other settings, and the configured tokenizer is the one used.
+
+A file with no record, read without a tokenizer, is JSONL rows of token ids (``input_ids``,
+with their loss mask: ``labels``, ``assistant_masks``...), read by the Arrow family's
+pyarrow table reader (:mod:`streamload.formats.arrow.jsonl_rows`), which this format finds
+by name in the registry (families never import each other).
 """
 
 from __future__ import annotations
@@ -214,16 +219,20 @@ def _prepare_if_stale(path: str, file: ListedFile, spec: TokenizerSpec) -> None:
 
 
 class JsonlFormat:
-    """``.jsonl`` files with a ``.tok.json`` record beside them."""
+    """``.jsonl`` files with a ``.tok.json`` record beside them, or rows of token ids."""
 
     name = "jsonl"
     has_documents = True
 
     def sniff(self, path: str, head: bytes, siblings: frozenset[str]) -> bool:
-        return path.endswith(".jsonl") and record_path(path).name in siblings
+        if not path.endswith(".jsonl"):
+            return False
+        return record_path(path).name in siblings or head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"{"
 
     def describe(self, fs: Any, file: ListedFile, options: ReadOptions) -> ShardInfo:
         path = local_path(file.path)
+        if options.tokenizer is None and (path is None or not record_path(path).exists()):
+            return _rows_format().describe(fs, file, options)
         if path is None:
             raise FormatError(f"{file.path}: jsonl sources are read from local files only")
         if options.tokenizer is not None:
@@ -255,8 +264,24 @@ class JsonlFormat:
             int(lengths.sum()), index, meta,
         )  # fmt: skip
 
-    def open(self, info: ShardInfo) -> JsonlShard:
+    def open(self, info: ShardInfo) -> Any:
+        if info.meta.get("kind") == _ROWS_KIND:
+            return _rows_format().open(info)
         return JsonlShard(info)
+
+
+_ROWS_KIND = "rows"
+"""``meta["kind"]`` of a shard the rows reader described (its ``ROWS_KIND``)."""
+_ROWS_FORMAT = "jsonl_rows"
+"""The rows reader's name in the registry (its ``ROWS_FORMAT``)."""
+
+
+def _rows_format() -> Any:
+    """The reader of JSONL rows of token ids, by name (imported here, not at module level:
+    the registry imports this module while it loads)."""
+    from streamload.formats.registry import open_only_format
+
+    return open_only_format(_ROWS_FORMAT)
 
 
 class JsonlShard:

@@ -20,5 +20,5 @@ def _build(config: DataConfig) -> SampleStream:
     return ConcatStream.from_config(config)
 
 
-MODE = ModeSpec(name="concat", build=_build)
+MODE = ModeSpec(name="concat", build=_build, cuts_rows=True)
 """The concat mode's plug-in."""

@@ -44,13 +44,21 @@ def _plan_report(stream: Any, steps: int | None) -> dict[str, Any]:
 def _plan_lines(report: dict[str, Any]) -> list[str]:
     cap = report.get("max_documents_per_sample")
     head = [] if cap is None else [f"at most {cap:,} documents per sample"]
-    return head + [
-        f"{name} per epoch: {p['documents']:,} documents -> {p['items']:,} items -> "
-        f"{p['samples']:,} samples ({p['samples_over_bound_pct']:.2f} % over the bound); "
-        f"{p['data_tokens']:,} data, {p['padding_tokens']:,} padding, "
-        f"{p['truncated_tokens']:,} truncated tokens"
-        for name, p in report.get("packing", {}).items()
-    ]
+    lines = list(head)
+    for name, p in report.get("packing", {}).items():
+        lines.append(
+            f"{name} per epoch: {p['documents']:,} documents -> {p['items']:,} items -> "
+            f"{p['samples']:,} samples ({p['samples_over_bound_pct']:.2f} % over the bound); "
+            f"{p['data_tokens']:,} data, {p['padding_tokens']:,} padding, "
+            f"{p['truncated_tokens']:,} truncated tokens"
+        )
+        labels, trained = p["label_tokens"], p["trained_tokens"]
+        lines.append(
+            f"  trained labels {trained:,} of {labels:,} ({100.0 * trained / labels:.2f} %); "
+            f"documents truncated {p['truncated_documents']:,}, dropped "
+            f"{p['dropped_documents']:,} ({p['dropped_tokens']:,} tokens)"
+        )
+    return lines
 
 
 _SHARED: dict[str, Any] = {
@@ -62,7 +70,7 @@ _SHARED: dict[str, Any] = {
     "plan_report": _plan_report,
     "plan_lines": _plan_lines,
 }
-PACKED = ModeSpec(name="packed", **_SHARED)
+PACKED = ModeSpec(name="packed", cuts_rows=True, **_SHARED)
 """The packed mode's plug-in."""
 PADDED = ModeSpec(name="padded", **_SHARED)
 """The padded mode's plug-in (one item per sample)."""

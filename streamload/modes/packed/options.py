@@ -17,8 +17,9 @@ __all__ = ["PackedOptions", "check_packed_sampling"]
 class PackedOptions:
     """Args:
     long_documents: What a document of more than ``seq_len + 1`` tokens becomes: pieces
-        (``split``, every next-token pair trained once) or its first ``seq_len + 1``
-        tokens (``truncate``, the rest dropped and counted).
+        (``split``, every next-token pair trained once), its first ``seq_len + 1``
+        tokens (``truncate``, the rest dropped and counted) or nothing (``drop``: the
+        document left out and counted).
     max_documents_per_sample: The most items (documents, or pieces of a long one) a
         ``packed`` sample holds, as grain's ``max_sequences_per_bin``: a sample that
         reaches it takes no more, even with room left (more padding). ``None``: no cap.

@@ -50,6 +50,8 @@ __all__ = ["LAYOUT", "PackedPlan", "build_plan_arrays", "load_plan", "plan_descr
 
 LAYOUT = "sample-order-v1"
 """Names the arrays' layout (part of the cache key)."""
+_COUNTS = ("documents", "dropped")
+"""Arrays read into counts when the plan loads, not kept as arrays."""
 
 
 @dataclass
@@ -69,15 +71,20 @@ class PackedPlan:
     cut_tokens: np.ndarray
     """int64 ``[k]``: tokens dropped after each of :attr:`cut_items`."""
     documents: int
-    """Non-empty documents of the source."""
+    """Non-empty documents of the source (those ``"drop"`` left out included)."""
     files: dict[str, str] | None = None
     """The files the arrays are mapped from (``None``: built in memory)."""
     _cut_before: np.ndarray | None = field(default=None, repr=False)
+    dropped_documents: int = 0
+    """Documents ``"drop"`` left out (longer than ``seq_len + 1``)."""
+    dropped_tokens: int = 0
+    """Their tokens."""
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], files: dict[str, str] | None) -> PackedPlan:
         """The plan of :func:`build_plan_arrays`' arrays (or their mapped files)."""
         plain = {name: _plain(array) for name, array in arrays.items()}
+        dropped = plain.get("dropped", np.zeros(2, np.int64))  # only "drop" plans hold it
         return cls(
             starts=plain["starts"],
             lengths=plain["lengths"],
@@ -87,6 +94,8 @@ class PackedPlan:
             cut_tokens=plain["cut_tokens"],
             documents=int(plain["documents"][0]),
             files=files,
+            dropped_documents=int(dropped[0]),
+            dropped_tokens=int(dropped[1]),
         )
 
     @property
@@ -126,14 +135,14 @@ class PackedPlan:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__, _cut_before=None)
         for name in self.files or {}:  # mapped files travel as paths, not as copies
-            if name != "documents":
+            if name not in _COUNTS:
                 state[name] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         for name, path in (self.files or {}).items():
-            if name != "documents":
+            if name not in _COUNTS:
                 setattr(self, name, _plain(np.load(path, mmap_mode="r", allow_pickle=False)))
 
 
@@ -182,7 +191,7 @@ def build_plan_arrays(
     position[order] = np.arange(order.size)
     cut = position[items.cut_items]
     by_position = np.argsort(cut, kind="stable")
-    return {
+    arrays = {
         "starts": items.starts[order],
         "lengths": lengths,
         "offsets": samples.offsets,
@@ -191,6 +200,10 @@ def build_plan_arrays(
         "cut_tokens": np.asarray(items.cut_tokens, dtype=np.int64)[by_position],
         "documents": np.array([items.documents], dtype=np.int64),
     }
+    if items.dropped_documents:  # "drop" only: the files of other plans stay as they were
+        counts = [items.dropped_documents, items.dropped_tokens]
+        arrays["dropped"] = np.array(counts, dtype=np.int64)
+    return arrays
 
 
 def load_plan(
@@ -212,6 +225,12 @@ def load_plan(
         items = document_items(
             document_bounds(), config.seq_len, config.sampling.long_documents.value
         )
+        if items.starts.size == 0 and items.dropped_documents:
+            raise ConfigError(
+                f"source {catalog.config.name!r}: all {items.dropped_documents} documents are "
+                f"longer than seq_len + 1 = {config.seq_len + 1} tokens and "
+                'long_documents = "drop" leaves them out; raise seq_len or use "truncate"'
+            )
         if items.starts.size == 0:
             raise ConfigError(f"source {catalog.config.name!r}: no document holds a token")
         mode = SamplingMode(config.sampling.mode_name)

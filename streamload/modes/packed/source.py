@@ -23,6 +23,7 @@ from streamload.config import DataConfig
 from streamload.errors import ConfigError, RemoteReadError
 from streamload.formats.base import TokenShard
 from streamload.modes.packed.plan_cache import load_plan
+from streamload.modes.packed.trained import trained_labels
 from streamload.plan.passes import PassPlan
 from streamload.streams.shard_set import ShardSet
 from streamload.streams.source_documents import source_document_bounds
@@ -98,10 +99,19 @@ class PackedSource(TokenSource):
 
     def packing_report(self) -> dict[str, int | float]:
         """One epoch of this source: documents, items, samples, data, padding and truncated
-        tokens, and the samples over the bound ``ceil(data / (seq_len + 1))`` in percent."""
+        tokens, and the samples over the bound ``ceil(data / (seq_len + 1))`` in percent;
+        documents truncated or dropped (``long_documents``); label positions
+        (``samples · seq_len``) and those trained (:mod:`.trained`: reads the loss masks
+        once, where the source has them)."""
         width = self.seq_len + 1
         data, samples = self.plan.data_tokens, self.plan.num_samples
         bound = -(-data // width)
+        first = np.zeros(self.plan.num_items, dtype=bool)
+        first[self.plan.offsets[:-1]] = True
+        trained = trained_labels(
+            self.plan.starts, self.plan.lengths, first, self.loss_masks,
+            self.config.packing.masks,
+        )  # fmt: skip
         return {
             "documents": self.plan.documents,
             "items": self.plan.num_items,
@@ -110,6 +120,11 @@ class PackedSource(TokenSource):
             "padding_tokens": samples * width - data,
             "truncated_tokens": self.plan.truncated_tokens,
             "samples_over_bound_pct": round(100.0 * (samples - bound) / bound, 4),
+            "truncated_documents": int(self.plan.cut_items.size),
+            "dropped_documents": self.plan.dropped_documents,
+            "dropped_tokens": self.plan.dropped_tokens,
+            "label_tokens": samples * self.seq_len,
+            "trained_tokens": trained,
         }
 
     def drawn(self, samples: int) -> dict[str, int]:
