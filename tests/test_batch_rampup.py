@@ -172,6 +172,23 @@ def schedules(draw: st.DrawFn) -> dict[str, Any]:
 SLOW_OK = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 
 
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=SLOW_OK)
+@given(schedule=schedules(), split=st.sampled_from([(1, 2), (2, 1), (2, 2), (4, 1)]))
+def test_any_schedules_steps_concatenate_to_the_plain_stream(
+    paths: dict[str, str], schedule: dict[str, Any], split: tuple[int, int]
+) -> None:
+    base = single(paths, sampling={"num_samples": 160})
+    cfg = with_schedule(base, schedule)
+    sizes = step_sizes(load(cfg), 1)
+    assume(sizes.whole_end(0, 160) >= sizes.runs()[-1].first_sample)  # it ends in the pass
+    steps = optimizer_steps(cfg, *split)
+    assert [step["input_ids"].shape[0] for step in steps] == sizes_by_rule(cfg, 160)
+    got = flat(steps)
+    plain = flat(micro_batches(base, *split))
+    want = {key: value[: got["input_ids"].shape[0]] for key, value in plain.items()}
+    assert_batches_equal([want], [got], f"{schedule} at {split}")
+
+
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=SLOW_OK)
 @given(
     kind=st.sampled_from(["single", "mixture"]),
