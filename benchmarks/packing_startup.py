@@ -26,6 +26,7 @@ reported. Needs megatron-core installed aside (``--megatron-path``, see ``megatr
 ``--no-megatron`` skips that row.
 
     python benchmarks/packing_startup.py --docs 10000000
+    python benchmarks/packing_startup.py --docs 10000000 --no-megatron --group-sizes 4096
     python benchmarks/packing_startup.py --format dolma --modes packed,padded --no-megatron
 """
 
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import add_common_args, emit, median, run_child, str_list
+from _common import add_common_args, emit, int_list, median, run_child, str_list
 from megatron import lengths_of, megatron_core_build
 
 CHILD = r"""
@@ -122,16 +123,18 @@ def source_config(data: Path, fmt: str) -> dict[str, Any]:
 
 
 def loader_rows(
-    folder: Path, data: Path, args: argparse.Namespace, mode: str
+    folder: Path, data: Path, args: argparse.Namespace, mode: str, group: int | None = None
 ) -> list[dict[str, Any]]:
-    cache, storage = folder / f"plans-{mode}", folder / f"storage-{mode}"
+    label = mode if group is None else f"{mode}, group_size {group}"
+    cache, storage = folder / f"plans-{mode}-{group}", folder / f"storage-{mode}-{group}"
     for stale in (cache, storage):  # the cold row starts with every cache empty
         shutil.rmtree(stale, ignore_errors=True)
     cfg = {
         "seq_len": args.seq_len,
         "pad_token_id": 1,
         "sources": [source_config(data, args.format)],
-        "sampling": {"mode": mode, "cache_dir": str(cache)},
+        "sampling": {"mode": mode, "cache_dir": str(cache)}
+        | ({} if group is None else {"group_size": group}),
         "storage": {"cache_dir": str(storage)},
         "packing": {"masks": True},
     }
@@ -142,7 +145,7 @@ def loader_rows(
         child = run_child(["-c", CHILD, json.dumps(cfg), case, str(state), here], timeout=1800)
         assert child.result is not None
         result = child.result
-        rows.append({"format": args.format, "mode": mode, "case": case, "docs": args.docs,
+        rows.append({"format": args.format, "mode": label, "case": case, "docs": args.docs,
                      "items": result["items"], "samples": result["samples"],
                      "first_batch_s": result["seconds"], "cpu_s": result.get("cpu_s"),
                      "process_s": child.seconds, "rss_mib": result["rss_mib"],
@@ -162,6 +165,9 @@ def main() -> None:
     parser.add_argument("--modes", type=str_list, default=["packed"], help="packed,padded")
     parser.add_argument("--megatron-path", default="/tmp/mcore", help="megatron-core install")
     parser.add_argument("--megatron", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument(
+        "--group-sizes", type=int_list, default=[], help="packed also with these group_size"
+    )
     args = parser.parse_args()
     data_dir = args.data_dir if os.path.isdir(args.data_dir) else None
     with tempfile.TemporaryDirectory(dir=data_dir) as tmp:
@@ -172,9 +178,12 @@ def main() -> None:
             data, lengths = write_dataset(folder, args.docs)
         rows = []
         for _ in range(args.repeats):  # a fresh cache each repeat: the cold row builds
-            rows.append(
-                [row for mode in args.modes for row in loader_rows(folder, data, args, mode)]
-            )
+            variants = [
+                (mode, group)
+                for mode in args.modes
+                for group in [None, *(args.group_sizes if mode == "packed" else [])]
+            ]
+            rows.append([row for v in variants for row in loader_rows(folder, data, args, *v)])
         keys = ("first_batch_s", "cpu_s", "process_s", "rss_mib")
         table = [
             runs[0] | {key: median(r[key] for r in runs) for key in keys}

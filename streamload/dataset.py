@@ -43,6 +43,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from streamload.errors import ConfigError, StateError
+from streamload.modes import adopted_stream
 from streamload.nodes.materialize import Materialize
 from streamload.plan.partition import RankSpec
 from streamload.state import load_position, make_state
@@ -167,17 +168,18 @@ class StreamDataset(IterableDataset[Batch]):
         info = get_worker_info()
         workers = info.num_workers if info is not None else 1
         slack = (workers - 1) * global_batch
-        loaded = load_position(state, self.stream, global_batch=global_batch, slack=slack)
+        stream = adopted_stream(self.stream, state)  # an older default rule, left unset
+        loaded = load_position(state, stream, global_batch=global_batch, slack=slack)
         cursor, batch = loaded.cursor, loaded.batches or None  # 0: the pass not yet started
-        check_step_resume(cursor, self.stream, global_batch, "cursor")
+        check_step_resume(cursor, stream, global_batch, "cursor")
         expected, in_step = 0, 0
-        if batch is not None and not self.stream.is_mixture:  # an evaluation pass ends at P
-            start = self.stream.start(cursor.pass_index)
-            after = self.stream.advance(start, batch, global_batch)
+        if batch is not None and not stream.is_mixture:  # an evaluation pass ends at P
+            start = stream.start(cursor.pass_index)
+            after = stream.advance(start, batch, global_batch)
             expected, in_step = after.sample, after.in_step
         elif batch is not None:
             expected = batch * global_batch
-            steps = loader_steps(self.stream, global_batch, cursor.pass_index)
+            steps = loader_steps(stream, global_batch, cursor.pass_index)
             in_step = expected - steps.step_at(expected)[1]
         if (cursor.sample, cursor.in_step) != (expected, in_step):
             steps_note = f" (in_step {cursor.in_step}, expected {in_step})"
@@ -188,4 +190,6 @@ class StreamDataset(IterableDataset[Batch]):
                 "state was edited, or saved with another global batch size (use StreamLoader "
                 "to change it)"
             )
+        if stream is not self.stream:
+            self.stream, self._materialize = stream, Materialize(stream)
         self._cursor, self._batch, self._pending = cursor, batch, (cursor, batch)

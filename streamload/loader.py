@@ -30,7 +30,7 @@ from torchdata.nodes import BaseNode
 from streamload.config import DataConfig, load_config
 from streamload.config.loader_args import LoaderOptions, WorkerType, check_loader_args
 from streamload.distributed import ModelParallel, prepare_text_in_job, resolve_data_parallel
-from streamload.modes import build_stream, get_mode
+from streamload.modes import adopted_stream, build_stream, get_mode
 from streamload.nodes.chain import build_chain, shutdown_chain
 from streamload.nodes.map_workers import MapWorkers
 from streamload.nodes.materialize import count_delivered_skips
@@ -236,20 +236,24 @@ class StreamLoader:
         divides them (docs/schedules.md).
 
         The state is checked and normalized once; ``state_dict()`` then returns it as saved
-        (with the ``batches`` count of the pass continuing from it).
+        (with the ``batches`` count of the pass continuing from it). A state saved under an
+        older default rule that the config leaves unset (packed: groups of 4,096 items) is
+        resumed under that rule (:func:`streamload.modes.adopted_stream`).
 
         Raises:
             StateError: malformed, too new, saved for other data or config, or a position
                 this stream cannot stand at (see :mod:`streamload.state`); the loader is unchanged.
         """
+        stream = adopted_stream(self.stream, state)
         loaded = load_position(
             state,
-            self.stream,
+            stream,
             global_batch=self.rank.global_batch,
             ignore_fingerprint_mismatch=ignore_fingerprint_mismatch,
         )
-        check_step_resume(loaded.cursor, self.stream, self.rank.global_batch, "cursor")
+        check_step_resume(loaded.cursor, stream, self.rank.global_batch, "cursor")
         self._close()
+        self.stream = stream
         self._cursor, self._delivered, self._ended_by = loaded.cursor, loaded.batches, None
 
     def stats(self) -> dict[str, Any]:

@@ -13,7 +13,8 @@ Example:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from streamload.config.modes import mode_names, mode_plugin, register_mode, unregister_mode
 from streamload.modes.base import ModeSpec, SamplesRequest
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ModeSpec",
     "SamplesRequest",
+    "adopted_stream",
     "build_stream",
     "get_mode",
     "mode_names",
@@ -49,3 +51,21 @@ def build_stream(config: DataConfig) -> SampleStream:
         ConfigError, FormatError: bad config or data (named).
     """
     return get_mode(config.sampling.mode_name).build(config)
+
+
+def adopted_stream(stream: SampleStream, state: Any) -> SampleStream:
+    """The stream a saved state resumes in: ``stream``, or, where its mode adopts the rule
+    the state was saved under (:attr:`ModeSpec.adopt_state`; packed mode: the packing group
+    size of states made before issue 34) and the config leaves it unset, the stream of the
+    config that names it. An evaluation stream, a state without a fingerprint mapping or a
+    malformed one is left to the state checks.
+
+    Raises:
+        ConfigError, FormatError: the adopted config's stream cannot be built (named).
+    """
+    fingerprint = state.get("fingerprint") if isinstance(state, Mapping) else None
+    if not isinstance(fingerprint, Mapping) or stream.layout.evaluation:
+        return stream
+    adopt = get_mode(stream.config.sampling.mode_name).adopt_state
+    config = None if adopt is None else adopt(stream.config, fingerprint)
+    return stream if config is None else build_stream(config)

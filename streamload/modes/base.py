@@ -9,7 +9,7 @@ never branches on a mode's name or type; it asks the mode:
   :attr:`ModeSpec.check_sampling`, :meth:`ModeSpec.check_config` and
   :attr:`ModeSpec.blends_sources`;
 * ``build_loader``: :meth:`ModeSpec.build` (the stream), :meth:`ModeSpec.batch_size`,
-  :meth:`ModeSpec.check_evaluation`;
+  :meth:`ModeSpec.check_evaluation`; ``load_state_dict``: :attr:`ModeSpec.adopt_state`;
 * the nodes and the tools: the stream's :class:`~streamload.streams.layout.BatchLayout`;
 * ``streamload plan`` and ``streamload samples``: the optional report and samples hooks.
 
@@ -90,6 +90,10 @@ class ModeSpec:
         cuts_rows: A sample (a window of ``seq_len + 1`` tokens) may be cut into shorter
             rows, so ``[[seq_len_schedule]]`` / ``[seq_len_warmup]`` apply
             (:mod:`streamload.plan.seq_len`; concat and packed).
+        adopt_state: ``(config, saved fingerprint) -> config or None``: the config under
+            which a state saved with an older default resumes, where the config leaves that
+            setting unset (packed: the packing group size of states made before issue 34);
+            ``None`` (or returning it): the config as it is.
     """
 
     name: str
@@ -108,6 +112,7 @@ class ModeSpec:
     mixture_report: bool = True
     write_samples: Callable[[Any, SamplesRequest], str] | None = None
     cuts_rows: bool = False
+    adopt_state: Callable[[DataConfig, Any], DataConfig | None] | None = None
 
     def check_config(self, config: DataConfig) -> None:
         """Run the mode's checks of a whole config (the config layer calls this)."""

@@ -11,19 +11,23 @@ Worked example, seq_len 4 (capacity 5 tokens), documents of 7, 1, 0, 5, 3 and 2 
   its 2 tokens past the first 5 are counted in ``truncated_tokens``; with ``"drop"`` document
   0 gives no item at all (items ``0:1 1:5 2:3 3:2``), counted in ``dropped_documents`` (1)
   and ``dropped_tokens`` (7).
-* :func:`pack_items`, capacity 5, one group: by length descending (ties: lower id first)
-  ``0 3 1 4 5 2``. Item 0 opens bin 0 (free 0), item 3 opens bin 1 (free 0), item 1 opens
-  bin 2 (free 2), item 4 opens bin 3 (free 2), item 5 (2 tokens) fits bins 2 and 3 exactly:
-  the tie goes to bin 2, which has had 2 tokens free the longest (free 0); item 2 goes to
-  bin 3 (free 1). Samples ``[0] [3] [1 5] [2 4]``: 4 samples, the bound ``ceil(19 / 5)``.
+* :func:`pack_items`, capacity 5 (the whole epoch, or one group): by length descending (ties:
+  lower id first) ``0 3 1 4 5 2``. Item 0 opens bin 0 (free 0), item 3 opens bin 1 (free 0),
+  item 1 opens bin 2 (free 2), item 4 opens bin 3 (free 2), item 5 (2 tokens) fits bins 2
+  and 3 exactly: the tie goes to bin 2, which has had 2 tokens free the longest (free 0);
+  item 2 goes to bin 3 (free 1). Samples ``[0] [3] [1 5] [2 4]``: 4 samples, the bound
+  ``ceil(19 / 5)``.
 * :func:`pad_items`: one item per sample, ``[0] [1] [2] [3] [4] [5]``.
 
-Best fit decreasing is run independently over consecutive groups of ``group_size`` items, so
-the plan is a pure function of (lengths, capacity, group_size) and costs O(n log g). Each group
-keeps its open bins in buckets by free space (first-in first-out lists) and a bitmap of the
-non-empty buckets, so "the smallest free space >= L" is a lowest-set-bit lookup. Two
-implementations give the same plan: up to ``_LOOP_GROUPS`` groups, a Python loop per item
-with a Python int as the bitmap (~0.5 µs per item at capacity 2049); beyond, the groups
+By default best fit decreasing runs over all items at once (:data:`ALGORITHM`), as OLMo-core's
+OBFD does, in one step per (item size, free space) pair rather than per item
+(:mod:`streamload.plan._pack_levels`): ~0.1 CPU µs per item in all, the sort included. With
+a ``group_size`` (:data:`GROUPED_ALGORITHM`, the only rule before issue 34, groups of
+:data:`GROUP_SIZE`) it runs independently over consecutive groups of that many items. Each
+group keeps its open bins in buckets by free space (first-in first-out lists) and a bitmap of
+the non-empty buckets, so "the smallest free space >= L" is a lowest-set-bit lookup. Two
+implementations give the same grouped plan: up to ``_LOOP_GROUPS`` groups, a Python loop per
+item with a Python int as the bitmap (~0.5 µs per item at capacity 2049); beyond, the groups
 advance in lockstep, step ``i`` placing the ``i``-th largest item of every group in one numpy
 operation, over levels of uint64 bitmaps (64 buckets per word, 64 words per word above;
 :mod:`streamload.plan._pack_lockstep`).
@@ -38,10 +42,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from streamload.errors import ConfigError
+from streamload.plan._pack_levels import pack_by_levels
 from streamload.plan._pack_lockstep import pack_in_lockstep
 
 __all__ = [
     "ALGORITHM",
+    "GROUPED_ALGORITHM",
     "GROUP_SIZE",
     "LONG_DOCUMENTS",
     "ItemPlan",
@@ -53,12 +59,17 @@ __all__ = [
     "pad_items",
 ]
 
-ALGORITHM = "bfd-groups-fifo-v1"
-"""Names the packing rule (order, ties, groups); part of any key of a cached plan: changing
-the rule changes which items share a sample."""
+ALGORITHM = "bfd-epoch-fifo-v1"
+"""Names the default packing rule (order, ties, one best fit over the whole epoch); part of
+any key of a cached plan and of a state's fingerprint: changing the rule changes which items
+share a sample. 0.008 % (seq_len 2048) and 0.002 % (8192) more samples than the bound on
+log-normal documents (``benchmarks/packing.py``)."""
+GROUPED_ALGORITHM = "bfd-groups-fifo-v1"
+"""Names the rule with a ``group_size`` (best fit within consecutive groups of items): the
+only rule before issue 34, always with groups of :data:`GROUP_SIZE`."""
 GROUP_SIZE = 4096
-"""Default items per packing group: 0.06 % (seq_len 2048) and 0.14 % (8192) more samples than
-the bound on log-normal documents (``benchmarks/packing.py``)."""
+"""Items per packing group of plans (and states) made before issue 34: 0.06 % (seq_len 2048)
+and 0.14 % (8192) more samples than the bound on log-normal documents."""
 LONG_DOCUMENTS = ("split", "truncate", "drop")
 """Values of ``long_documents``: what happens to a document longer than ``seq_len + 1``."""
 
@@ -206,22 +217,26 @@ def pack_bound(lengths: np.ndarray, capacity: int) -> int:
 def pack_items(
     lengths: np.ndarray,
     capacity: int,
-    group_size: int = GROUP_SIZE,
+    group_size: int | None = None,
     max_items: int | None = None,
 ) -> SamplePlan:
-    """Best-fit decreasing of items into samples of ``capacity`` tokens, group by group.
+    """Best-fit decreasing of items into samples of ``capacity`` tokens, over the whole
+    epoch or group by group.
 
-    Groups are items ``[0, g)``, ``[g, 2g)``, … (``g = group_size``; the last may be
-    shorter). Within a group, items go in order of length descending (ties: lower id first)
-    into the open bin with the least free space that holds them (ties: the bin that has had
-    that free space the longest); when none does, into a new bin. With ``max_items`` a bin
+    Without ``group_size`` all items form one group; with it, groups are items ``[0, g)``,
+    ``[g, 2g)``, … (``g = group_size``; the last may be shorter). Within a group, items go
+    in order of length descending (ties: lower id first) into the open bin with the least
+    free space that holds them (ties: the bin that has had that free space the longest);
+    when none does, into a new bin. With ``max_items`` a bin
     that holds that many items is closed, whatever its free space (grain's
     ``max_sequences_per_bin``); the rule is otherwise unchanged.
 
     Args:
         lengths: int ``[n]``, every length in ``[1, capacity]``.
         capacity: Tokens per sample (``seq_len + 1``).
-        group_size: Items per group (>= 1).
+        group_size: Items per group (>= 1); ``None``: one group of all items (the same plan
+            as any ``group_size >= len(lengths)``, built in steps per (size, free space):
+            :mod:`streamload.plan._pack_levels`).
         max_items: The most items per sample (>= 1); ``None``: no cap.
 
     Returns:
@@ -233,16 +248,18 @@ def pack_items(
             ``group_size`` or ``max_items`` is below 1.
     """
     sizes = np.asarray(lengths, dtype=np.int64)
-    if capacity < 1 or group_size < 1:
+    if capacity < 1 or (group_size is not None and group_size < 1):
         raise ValueError(f"capacity {capacity}, group_size {group_size}: expected both >= 1")
     if sizes.ndim != 1:
         raise ValueError(f"lengths of shape {sizes.shape}: expected one dimension")
     if sizes.size and (sizes.min() < 1 or sizes.max() > capacity):
         raise ValueError(f"item lengths span {sizes.min()}..{sizes.max()}: expected 1..{capacity}")
-    group = min(group_size, max(1, sizes.size))
+    if max_items is not None and max_items < 1:
+        raise ValueError(f"max_items {max_items}: expected >= 1 or None")
+    if group_size is None:
+        return SamplePlan(*pack_by_levels(sizes, capacity, max_items))
+    group = group_size
     if max_items is not None:
-        if max_items < 1:
-            raise ValueError(f"max_items {max_items}: expected >= 1 or None")
         return _pack_capped(sizes, capacity, group, max_items)
     if sizes.size <= _LOOP_GROUPS * group:
         return _pack_in_python(sizes, capacity, group)

@@ -51,6 +51,8 @@ def check_fingerprint(saved: Any, current: Mapping[str, Any], ignore: bool) -> b
         else:
             parts.append(f"{key}: saved {short_repr(old)}, now {short_repr(new)}")
     why = "".join(_WHY[key] for key in ("mixture_rule", "vsl") if key in diffs and key in _WHY)
+    if "packing" in diffs:
+        why += _packing_hint(saved.get("packing"), current.get("packing"))
     raise StateError(
         f"state fingerprint differs: the state was saved for a different stream — "
         f"{'; '.join(parts)}.{why} Resuming would not continue on the next sample; pass "
@@ -70,6 +72,22 @@ _WHY = {
     ),
 }
 """Why a field that a streamload release added to the fingerprint differs."""
+
+
+def _packing_hint(old: Any, new: Any) -> str:
+    """How a state packed under the other packing rule resumes (packed mode packs the whole
+    epoch at once since issue 34; before, groups of 4,096 items)."""
+    if not isinstance(old, Mapping) or not isinstance(new, Mapping):
+        return ""
+    group = old.get("group_size")
+    if group == new.get("group_size"):
+        return ""
+    if group is None:
+        return " (the state was packed over the whole epoch: leave [sampling] group_size unset)"
+    return (
+        f" (the state was packed within groups of {short_repr(group)} items, the default "
+        f"before issue 34: set [sampling] group_size = {short_repr(group)} to resume it)"
+    )
 
 
 def _check_plain(value: Any, field: str, depth: int) -> None:

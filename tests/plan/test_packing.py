@@ -17,6 +17,7 @@ from streamload.plan import packing
 from streamload.plan.packing import (
     ALGORITHM,
     GROUP_SIZE,
+    GROUPED_ALGORITHM,
     ItemPlan,
     SamplePlan,
     document_items,
@@ -279,5 +280,14 @@ def test_golden_plan(path: str) -> None:
     items = lognormal_items(2048, documents=5_000)
     plan = pack(items.lengths.tolist(), 2049, 1000, path)
     digest = hashlib.sha256(plan.offsets.tobytes() + plan.items.tobytes()).hexdigest()
-    assert ALGORITHM == "bfd-groups-fifo-v1"
+    assert GROUPED_ALGORITHM == "bfd-groups-fifo-v1"
     assert (plan.num_samples, digest[:16]) == (2000, "d2ed1f04f24abfca")
+
+
+def test_golden_whole_epoch_plan() -> None:
+    """The default rule (one best fit over the whole epoch) on the same corpus."""
+    items = lognormal_items(2048, documents=5_000)
+    plan = pack_items(items.lengths, 2049)
+    digest = hashlib.sha256(plan.offsets.tobytes() + plan.items.tobytes()).hexdigest()
+    assert ALGORITHM == "bfd-epoch-fifo-v1"
+    assert (plan.num_samples, digest[:16]) == (1997, "c2f3d22356d9e09f")

@@ -5,6 +5,8 @@ samples, packed best-fit or one per sample, then padding (docs/sampling.md): the
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamload.modes.base import ModeSpec
@@ -31,19 +33,21 @@ def _build(config: DataConfig) -> SampleStream:
 
 def _plan_report(stream: Any, steps: int | None) -> dict[str, Any]:
     """What an epoch of each source holds: documents, items, samples, padding (and the cap
-    of documents per sample, when set)."""
+    of documents per sample and the packing group size, when set)."""
     out: dict[str, Any] = {
         "packing": {source.name: source.packing_report() for source in stream.sources}
     }
-    cap = stream.config.sampling.max_documents_per_sample
-    if cap is not None:
-        out["max_documents_per_sample"] = int(cap)
+    for key in ("max_documents_per_sample", "group_size"):
+        value = getattr(stream.config.sampling, key)
+        if value is not None:
+            out[key] = int(value)
     return out
 
 
 def _plan_lines(report: dict[str, Any]) -> list[str]:
-    cap = report.get("max_documents_per_sample")
+    cap, group = report.get("max_documents_per_sample"), report.get("group_size")
     head = [] if cap is None else [f"at most {cap:,} documents per sample"]
+    head += [] if group is None else [f"best fit within groups of {group:,} items"]
     lines = list(head)
     for name, p in report.get("packing", {}).items():
         lines.append(
@@ -61,6 +65,27 @@ def _plan_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _adopt_state(config: DataConfig, fingerprint: Mapping[str, Any]) -> DataConfig | None:
+    """The config that resumes a state packed within groups (the rule before issue 34, groups
+    of 4,096 items) when ``sampling.group_size`` is unset: that state's group size. A set
+    group size, another mode or rule, or a malformed field adopts nothing (the fingerprint
+    check then names what differs)."""
+    from streamload.config.sampling import SamplingConfig
+    from streamload.plan.packing import GROUPED_ALGORITHM
+
+    saved = fingerprint.get("packing")
+    sampling = config.sampling
+    if sampling.mode_name != "packed" or sampling.group_size is not None:
+        return None
+    if not isinstance(saved, Mapping) or saved.get("algorithm") != GROUPED_ALGORITHM:
+        return None
+    group = saved.get("group_size")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        return None
+    adopted = SamplingConfig(**{**sampling.table(), "group_size": group})
+    return dataclasses.replace(config, sampling=adopted)
+
+
 _SHARED: dict[str, Any] = {
     "build": _build,
     "options": PackedOptions,
@@ -69,6 +94,7 @@ _SHARED: dict[str, Any] = {
     "check": _check,
     "plan_report": _plan_report,
     "plan_lines": _plan_lines,
+    "adopt_state": _adopt_state,
 }
 PACKED = ModeSpec(name="packed", cuts_rows=True, **_SHARED)
 """The packed mode's plug-in."""

@@ -14,8 +14,8 @@ path, bytes, tokens, dtype, and the listed version of it and of its index file: 
 object's ETag or generation, a local file's modification time, as the catalog records them),
 ``seq_len``, the mode, ``long_documents``, ``max_documents_per_sample`` (only when set, so
 the keys of uncapped plans are unchanged), the EOS that finds documents of index-less files,
-the split's token range (with a split) and the packing rule
-(:data:`streamload.plan.packing.ALGORITHM`, group size). Seed and shuffle are not inputs: each
+the split's token range (with a split) and the packing rule (:func:`packing_rule`: the
+whole-epoch rule, or the grouped one and its group size). Seed and shuffle are not inputs: each
 epoch permutes the same samples. The folder is ``sampling.cache_dir``, else
 ``<storage cache folder>/plans`` (:attr:`streamload.config.StorageConfig.cache_root`); a
 default folder that cannot be written only costs a build per start-up (with a warning), an
@@ -37,6 +37,7 @@ from streamload.errors import ConfigError
 from streamload.plan.packing import (
     ALGORITHM,
     GROUP_SIZE,
+    GROUPED_ALGORITHM,
     ItemPlan,
     SamplePlan,
     document_items,
@@ -46,7 +47,14 @@ from streamload.plan.packing import (
 from streamload.streams.source_plan import files_description, load_source_plan
 from streamload.util.index_cache import PACKING
 
-__all__ = ["LAYOUT", "PackedPlan", "build_plan_arrays", "load_plan", "plan_description"]
+__all__ = [
+    "LAYOUT",
+    "PackedPlan",
+    "build_plan_arrays",
+    "load_plan",
+    "packing_rule",
+    "plan_description",
+]
 
 LAYOUT = "sample-order-v1"
 """Names the arrays' layout (part of the cache key)."""
@@ -152,6 +160,18 @@ def _plain(array: np.ndarray) -> np.ndarray:
     return np.asarray(array)
 
 
+def packing_rule(config: DataConfig) -> dict[str, Any]:
+    """The rule that decides which items share a sample, as plan keys and state fingerprints
+    name it: one best fit over the whole epoch (``{"algorithm": ALGORITHM}``), or within
+    groups of ``sampling.group_size`` items (``GROUPED_ALGORITHM`` and the size: with 4096,
+    the fields of every plan and state made before issue 34). ``padded`` mode packs nothing
+    and keeps the fields it has always had, so its plans and states stay valid."""
+    group = GROUP_SIZE if config.sampling.mode_name == "padded" else config.sampling.group_size
+    if group is None:
+        return {"algorithm": ALGORITHM}
+    return {"algorithm": GROUPED_ALGORITHM, "group_size": int(group)}
+
+
 def plan_description(
     config: DataConfig, catalog: SourceCatalog, span: tuple[int, int] | None = None
 ) -> dict[str, Any]:
@@ -163,8 +183,7 @@ def plan_description(
     return {
         "kind": "packing-plan",
         "layout": LAYOUT,
-        "algorithm": ALGORITHM,
-        "group_size": GROUP_SIZE,
+        **packing_rule(config),
         "mode": config.sampling.mode_name,
         "seq_len": config.seq_len,
         "long_documents": config.sampling.long_documents.value,
@@ -174,15 +193,20 @@ def plan_description(
 
 
 def build_plan_arrays(
-    items: ItemPlan, mode: SamplingMode, seq_len: int, max_items: int | None = None
+    items: ItemPlan,
+    mode: SamplingMode,
+    seq_len: int,
+    max_items: int | None = None,
+    group_size: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The plan's arrays (sample order) from a source's items (``max_items``: the most
-    items per packed sample, ``None``: no cap)."""
+    items per packed sample, ``None``: no cap; ``group_size``: items per best-fit group,
+    ``None``: the whole epoch)."""
     samples: SamplePlan
     if mode is SamplingMode.PADDED:
         samples = pad_items(items.starts.size)
     else:
-        samples = pack_items(items.lengths, seq_len + 1, max_items=max_items)
+        samples = pack_items(items.lengths, seq_len + 1, group_size, max_items)
     order = samples.items
     width_type = np.uint16 if seq_len + 1 <= np.iinfo(np.uint16).max else np.int32
     lengths = items.lengths[order].astype(width_type)
@@ -234,8 +258,10 @@ def load_plan(
         if items.starts.size == 0:
             raise ConfigError(f"source {catalog.config.name!r}: no document holds a token")
         mode = SamplingMode(config.sampling.mode_name)
-        cap = config.sampling.max_documents_per_sample
-        return build_plan_arrays(items, mode, config.seq_len, cap)
+        sampling = config.sampling
+        return build_plan_arrays(
+            items, mode, config.seq_len, sampling.max_documents_per_sample, sampling.group_size
+        )
 
     description = plan_description(config, catalog, span)
     return PackedPlan.from_arrays(*load_source_plan(config, catalog, description, build, PACKING))

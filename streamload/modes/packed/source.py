@@ -76,7 +76,7 @@ class PackedSource(TokenSource):
             num_windows=self.plan.num_samples,
             seed=config.seed,
             shuffle=config.sampling.shuffle,
-            shuffle_block=config.sampling.shuffle_block,  # samples of nearby items
+            shuffle_block=config.sampling.shuffle_block,  # with group_size: nearby items
             num_samples=None,
         )
         self._counted = (0, 0, (0, 0, 0))  # (epoch, samples, totals) last counted by drawn()

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from streamload.modes.packed.plan_cache import packing_rule
 from streamload.modes.packed.source import PackedSource
-from streamload.plan.packing import ALGORITHM, GROUP_SIZE
 from streamload.streams.chunks import (
     ChunkPlan,
     TokenChunk,
@@ -83,13 +83,13 @@ class PackedStream(SourceStream):
         )
 
     def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
-        """The shared fingerprint plus what decides a sample's items: the packing
-        algorithm, ``long_documents``, ``pad_token_id``, the EOS that finds documents and
-        ``max_documents_per_sample`` (only when set: states saved without it are unchanged)."""
+        """The shared fingerprint plus what decides a sample's items: the packing rule
+        (algorithm, and the group size when groups are set), ``long_documents``,
+        ``pad_token_id``, the EOS that finds documents and ``max_documents_per_sample``
+        (only when set: states saved without it are unchanged)."""
         out = super().fingerprint(cursor)
         out["packing"] = {
-            "algorithm": ALGORITHM,  # a change of the rule re-keys states
-            "group_size": GROUP_SIZE,
+            **packing_rule(self.config),  # a change of the rule re-keys states
             "long_documents": self.config.sampling.long_documents.value,
             "pad_token_id": self.config.pad_token_id,
             "eos_token_id": self.config.eos_token_id,
