@@ -47,7 +47,13 @@ from streamload.modes import adopted_stream
 from streamload.nodes.materialize import Materialize
 from streamload.plan.partition import RankSpec
 from streamload.state import load_position, make_state
-from streamload.streams.cursor import StreamCursor, check_step_resume
+from streamload.streams.cursor import (
+    StreamCursor,
+    check_step_resume,
+    check_step_sizes,
+    loader_steps,
+    step_size_at,
+)
 from streamload.streams.interface import SampleStream
 
 __all__ = ["MAX_WORKER_SLOTS", "StreamDataset"]
@@ -81,6 +87,7 @@ class StreamDataset(IterableDataset[Batch]):
     """
 
     def __init__(self, stream: SampleStream, rank: RankSpec) -> None:
+        check_step_sizes(stream, rank.world_size, rank.batch_size)
         self.stream = stream
         self.rank = rank
         self._materialize = Materialize(stream)
@@ -147,7 +154,7 @@ class StreamDataset(IterableDataset[Batch]):
 
     def state_dict(self) -> dict[str, Any]:
         """Small JSON-safe position of this copy (the envelope)."""
-        step = self.stream.config.grad_accum_steps * self.rank.global_batch
+        step = step_size_at(self.stream, self._cursor, self.rank.global_batch)
         return make_state(self.stream, self._cursor, batches=self._batch or 0, global_batch=step)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -158,14 +165,13 @@ class StreamDataset(IterableDataset[Batch]):
                 stand at (named field, value and expectation).
         """
         global_batch = self.rank.global_batch
-        step = self.stream.config.grad_accum_steps * global_batch
         info = get_worker_info()
         workers = info.num_workers if info is not None else 1
         slack = (workers - 1) * global_batch
         stream = adopted_stream(self.stream, state)  # an older default rule, left unset
         loaded = load_position(state, stream, global_batch=global_batch, slack=slack)
         cursor, batch = loaded.cursor, loaded.batches or None  # 0: the pass not yet started
-        check_step_resume(cursor, step, global_batch, "cursor")
+        check_step_resume(cursor, stream, global_batch, "cursor")
         expected, in_step = 0, 0
         if batch is not None and not stream.is_mixture:  # an evaluation pass ends at P
             start = stream.start(cursor.pass_index)
@@ -173,14 +179,14 @@ class StreamDataset(IterableDataset[Batch]):
             expected, in_step = after.sample, after.in_step
         elif batch is not None:
             expected = batch * global_batch
-            in_step = expected % step
+            steps = loader_steps(stream, global_batch, cursor.pass_index)
+            in_step = expected - steps.step_at(expected)[1]
         if (cursor.sample, cursor.in_step) != (expected, in_step):
-            steps = (
-                f" (in_step {cursor.in_step}, expected {in_step})" if step > global_batch else ""
-            )
+            steps_note = f" (in_step {cursor.in_step}, expected {in_step})"
             raise StateError(
                 f"state cursor.samples = {cursor.sample} disagrees with cursor.batches = "
-                f"{batch or 0} of {global_batch} samples, which gives {expected}{steps}; the "
+                f"{batch or 0} of {global_batch} samples, which gives {expected}"
+                f"{steps_note if cursor.in_step or in_step else ''}; the "
                 "state was edited, or saved with another global batch size (use StreamLoader "
                 "to change it)"
             )

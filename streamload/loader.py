@@ -38,7 +38,12 @@ from streamload.nodes.plan_chunks import PlanChunks
 from streamload.plan.partition import RankSpec
 from streamload.remote.stats import sources_storage_stats
 from streamload.state import load_position, make_state
-from streamload.streams.cursor import check_step_resume
+from streamload.streams.cursor import (
+    check_step_resume,
+    check_step_sizes,
+    loader_steps,
+    step_size_at,
+)
 from streamload.streams.evaluation import EvaluationStream, evaluation_config, evaluation_stream
 from streamload.streams.interface import SampleStream
 
@@ -103,15 +108,19 @@ class StreamLoader:
         # Only a source policy can end a stream early; others need no end-of-stream look-ahead.
         limits = any(source.limit is not None for source in stream.sources)
         self._limited = limits and not self.evaluation  # an evaluation pass ignores policies
-        # An optimizer step: grad_accum_steps global batches (micro-batches) of W·b samples.
-        self.step_batch = stream.config.grad_accum_steps * rank.global_batch
+        # An optimizer step: grad_accum_steps global batches (micro-batches) of W·b samples,
+        # or the batch size schedule's size at the step's first sample.
+        check_step_sizes(stream, rank.world_size, rank.batch_size)
+        steps = loader_steps(stream, rank.global_batch, 0)
         length = stream.pass_length
-        dropped = 0 if length is None or self.evaluation else length % self.step_batch
+        kept = 0 if length is None or self.evaluation else steps.whole_end(0, length)
+        dropped = 0 if length is None or self.evaluation else length - kept
         if dropped and rank.rank == 0:
-            what = "a global batch" if self.step_batch == rank.global_batch else "an optimizer step"
+            size = steps.size_at(kept)
+            what = "a global batch" if size == rank.global_batch else "an optimizer step"
             warnings.warn(
                 f"each pass of {length} samples ends with {dropped} samples that do "
-                f"not fill {what} of {self.step_batch}; they are dropped",
+                f"not fill {what} of {size}; they are dropped",
                 stacklevel=3,
             )
 
@@ -211,9 +220,8 @@ class StreamLoader:
     def state_dict(self) -> dict[str, Any]:
         """The position after the last delivered batch (small, JSON-safe; the envelope of
         :mod:`streamload.state`)."""
-        return make_state(
-            self.stream, self._cursor, batches=self._delivered, global_batch=self.step_batch
-        )
+        step = step_size_at(self.stream, self._cursor, self.rank.global_batch)
+        return make_state(self.stream, self._cursor, batches=self._delivered, global_batch=step)
 
     def load_state_dict(
         self, state: Mapping[str, Any], *, ignore_fingerprint_mismatch: bool = False
@@ -223,7 +231,9 @@ class StreamLoader:
         A state saved at an optimizer step boundary resumes with any world size, batch size
         or ``grad_accum_steps``; one saved inside a step (between micro-batches) only with the
         same step size (``global_batch_size``) and a ``world_size x batch_size`` that divides
-        the rest of the step (the step is finished, then the new sizes apply).
+        the rest of the step (the step is finished, then the new sizes apply). With a batch
+        size schedule the steps are the schedule's: any ``world_size x batch_size`` that
+        divides them (docs/schedules.md).
 
         The state is checked and normalized once; ``state_dict()`` then returns it as saved
         (with the ``batches`` count of the pass continuing from it). A state saved under an
@@ -241,7 +251,7 @@ class StreamLoader:
             global_batch=self.rank.global_batch,
             ignore_fingerprint_mismatch=ignore_fingerprint_mismatch,
         )
-        check_step_resume(loaded.cursor, self.step_batch, self.rank.global_batch, "cursor")
+        check_step_resume(loaded.cursor, stream, self.rank.global_batch, "cursor")
         self._close()
         self.stream = stream
         self._cursor, self._delivered, self._ended_by = loaded.cursor, loaded.batches, None
@@ -297,7 +307,18 @@ class StreamLoader:
         cursor = self._cursor
         if cursor.mixture is not None:
             return cursor.mixture.step
-        return (cursor.sample - cursor.in_step) // self.step_batch
+        steps = loader_steps(self.stream, self.rank.global_batch, cursor.pass_index)
+        return steps.step_at(cursor.sample - cursor.in_step)[0]
+
+    @property
+    def micro_batches_in_step(self) -> int:
+        """Batches (micro-batches) of the optimizer step the next batch belongs to: its
+        ``global batch size / (world_size x batch_size)`` (``grad_accum_steps``, or the
+        batch size schedule's at that step), like Megatron-LM's ``get_num_microbatches()``
+        after ``update_num_microbatches(consumed_samples)``."""
+        return step_size_at(self.stream, self._cursor, self.rank.global_batch) // (
+            self.rank.global_batch
+        )
 
     def _build_chain(self) -> BaseNode[Batch]:
         chain = build_chain(

@@ -125,7 +125,10 @@ def _print(report: dict[str, Any], mode: ModeSpec) -> None:
             print(line)
     for line in _seq_len_lines(report.get("seq_len_schedule", [])):
         print(line)
-    if "steps" in report:
+    if "batch_sizes" in report:
+        runs = ", ".join(f"{size} from step {first}" for first, size in report["batch_sizes"])
+        print(f"{report['steps']} steps of a batch size schedule: {runs}")
+    elif "steps" in report:
         print(f"{report['steps']} steps of {report['global_batch_size']} samples")
     for phase in report.get("phases", []):
         print(

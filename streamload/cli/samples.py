@@ -29,6 +29,7 @@ from streamload.modes import SamplesRequest, get_mode
 if TYPE_CHECKING:  # numpy and the streams load when the command runs, not for --help
     import numpy as np
 
+    from streamload.plan.step_sizes import StepSizes
     from streamload.streams.interface import SampleStream
 
 __all__ = ["add_parser", "rank_positions", "run", "write_rows"]
@@ -58,16 +59,18 @@ def rank_positions(
     batch_size: int,
     pass_length: int | None,
     grad_accum_steps: int = 1,
+    steps: StepSizes | None = None,
 ) -> np.ndarray:
     """Global positions in ``[start, start + count)`` that ``rank`` receives, in its order.
 
     In global batch k (``B = world_size * batch_size``) rank r gets positions
     ``k*B + r*b .. k*B + r*b + b - 1``; positions in the dropped partial last optimizer step
-    of a pass (``grad_accum_steps`` global batches) are never delivered and are left out.
+    of a pass (``grad_accum_steps`` global batches, or ``steps``: the sizes of a batch size
+    schedule) are never delivered and are left out.
     """
     import numpy as np
 
-    from streamload.plan.partition import num_batches
+    from streamload.plan.step_sizes import StepSizes
 
     if not 0 <= rank < world_size or batch_size < 1:
         raise ConfigError(f"--rank {rank} must be in [0, {world_size}) and --batch-size >= 1")
@@ -76,8 +79,8 @@ def rank_positions(
     if pass_length is None:  # an endless mixture delivers every position
         delivered = np.ones(positions.shape, dtype=bool)
     else:
-        step = grad_accum_steps * global_batch
-        delivered = positions < num_batches(pass_length, 0, step) * step
+        sizes = steps or StepSizes.constant(grad_accum_steps * global_batch)
+        delivered = positions < sizes.whole_end(0, pass_length)
     mine = (positions % global_batch) // batch_size == rank
     return positions[mine & delivered]
 
@@ -121,9 +124,12 @@ def write_rows(stream: SampleStream, request: SamplesRequest) -> str:
     if any(v is not None for v in by_rank):
         if request.rank is None or request.world_size is None or request.batch_size is None:
             raise ConfigError("--rank, --world-size and --batch-size go together")
-        accum = stream.config.grad_accum_steps
+        from streamload.config.batch_schedule import step_sizes
+
+        micro = request.world_size * request.batch_size
+        steps = step_sizes(stream.config, micro, request.pass_index)
         positions = rank_positions(
-            start, count, request.rank, request.world_size, request.batch_size, length, accum
+            start, count, request.rank, request.world_size, request.batch_size, length, steps=steps
         )
     tokens, _ = stream.read(request.pass_index, positions)
     np.save(request.out, tokens.astype(np.int64))

@@ -12,6 +12,7 @@ Relative source paths in a config *file* are resolved against the file's folder,
 travels with its data; in a dict they are taken as they are (relative to the working folder).
 """
 
+from streamload.config.batch_schedule import BatchStepConfig
 from streamload.config.data import DataConfig, load_config
 from streamload.config.options import (
     LongDocuments,
@@ -34,6 +35,7 @@ from streamload.config.storage import StorageConfig
 
 __all__ = [
     "TOKEN_DTYPES",
+    "BatchStepConfig",
     "DataConfig",
     "LongDocuments",
     "MixtureBatching",

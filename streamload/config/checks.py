@@ -196,11 +196,16 @@ def unknown_keys(
 
 
 def close_match(word: str, choices: Sequence[str]) -> str | None:
-    """The choice ``word`` most likely misspells (``difflib``, similarity >= 0.7), if any."""
+    """The choice ``word`` most likely misspells (``difflib``, similarity >= 0.7), if any;
+    of equally close ones the alphabetically first (``batch_size``: ``global_batch_size``,
+    not ``rampup_batch_size``)."""
     import difflib  # only on an error: not at `import streamload`
 
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.7)
-    return close[0] if close else None
+    close = difflib.get_close_matches(word, list(choices), n=len(choices) or 1, cutoff=0.7)
+    if not close:
+        return None
+    best = difflib.SequenceMatcher(None, close[0], word).ratio()
+    return min(c for c in close if difflib.SequenceMatcher(None, c, word).ratio() == best)
 
 
 def _explain(key: str, allowed: list[str], hints: Mapping[str, str]) -> str:

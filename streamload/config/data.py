@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamload.config import batch_schedule as batches
 from streamload.config.checks import (
     check_int,
     check_plain,
@@ -67,6 +68,9 @@ class DataConfig:
         grad_accum_steps: Loader batches (micro-batches) per optimizer step: a step holds
             ``grad_accum_steps`` global batches of ``world_size * batch_size`` samples, and
             the mixture allocation, ``[[schedule]] start_step`` and the drop rule count steps.
+        rampup_batch_size: ``[start, increment, samples]``: Megatron-LM's batch size ramp up
+            to ``global_batch_size`` (:mod:`streamload.config.batch_schedule`).
+        batch_schedule: The global batch size by optimizer step or consumed sample.
         sampling: Sampling options.
         packing: Packing-mask options.
         mixture: How weights are read (several sources).
@@ -86,6 +90,8 @@ class DataConfig:
     vocab_size: int | None = None
     global_batch_size: int | None = None
     grad_accum_steps: int = 1
+    rampup_batch_size: tuple[int, int, int] | None = None
+    batch_schedule: tuple[batches.BatchStepConfig, ...] = ()
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     packing: PackingConfig = field(default_factory=PackingConfig)
     mixture: MixtureConfig = field(default_factory=MixtureConfig)
@@ -136,6 +142,7 @@ class DataConfig:
         weights = [s.weight for s in self.sources if s.weight is not None]
         check_weight_sum(weights, "source weights")
         mode_plugin(self.sampling.mode_name).check_config(self)
+        batches.check_batch_schedule(self)  # it may fill global_batch_size, which a mixture needs
         if self.is_mixture:
             self._check_mixture(names)
         check_seq_len_schedule(self)
@@ -187,6 +194,7 @@ class DataConfig:
         sources = tuple(_source_from_dict(s, i, base_dir) for i, s in enumerate(raw_sources))
         nested = ("sources", "sampling", "packing", "mixture", "schedule", "storage")
         kwargs = {k: v for k, v in data.items() if k not in nested + _SEQ_LEN_TABLES}
+        kwargs.pop("batch_schedule", None)  # its tables: batches.batch_schedule_tables
         raw_schedule = data.get("schedule", [])
         if not isinstance(raw_schedule, Sequence) or isinstance(raw_schedule, str):
             raise ConfigError("schedule must be a list of [[schedule]] tables")
@@ -201,6 +209,7 @@ class DataConfig:
                 _sub(PhaseConfig, p, f"schedule[{i}]") for i, p in enumerate(raw_schedule)
             ),
             **seq_len_tables(data, _sub),
+            **batches.batch_schedule_tables(data, _sub),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -234,6 +243,7 @@ _TABLES: dict[str, type] = {
     "[packing]": PackingConfig,
     "[mixture]": MixtureConfig,
     "[[schedule]]": PhaseConfig,
+    "[[batch_schedule]]": batches.BatchStepConfig,
     "[storage]": StorageConfig,
     "[[seq_len_schedule]]": SeqLenPhaseConfig,
     "[seq_len_warmup]": SeqLenWarmupConfig,

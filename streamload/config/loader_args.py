@@ -8,7 +8,8 @@ read or worker start, never a ``TypeError`` from deep inside or a value silently
 
 * ``batch_size``: an integer >= 1; ``grad_accum_steps * world_size * batch_size`` (the
   samples of one optimizer step) fits int64 and equals the config's ``global_batch_size``
-  when that is set.
+  when that is set; with a batch size schedule (``rampup_batch_size``, ``[[batch_schedule]]``)
+  ``world_size * batch_size`` instead divides every step's size.
 * ``rank``, ``world_size``: integers, ``0 <= rank < world_size``.
 * ``num_workers``: an integer in ``[0, NUM_WORKERS_LIMIT]``.
 * ``options``: a :class:`LoaderOptions`, a table of its fields, or ``None``.
@@ -24,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from streamload.config.batch_schedule import has_batch_ramp, step_sizes
 from streamload.config.checks import (
     INT64_MAX,
     check_bool,
@@ -176,6 +178,10 @@ def check_loader_args(
 
 
 def _check_global_batch(config: DataConfig | None, world_size: int, batch_size: int) -> None:
+    if config is not None and has_batch_ramp(config):  # every step a whole number of micro-batches
+        what = f"world_size {world_size} x batch_size {batch_size}"
+        step_sizes(config, world_size * batch_size).check_divides(world_size * batch_size, what)
+        return
     steps = 1 if config is None else config.grad_accum_steps
     total = steps * world_size * batch_size
     product = f"world_size {world_size} x batch_size {batch_size}"

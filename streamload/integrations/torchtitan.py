@@ -48,6 +48,7 @@ from typing import Any
 import torch
 
 from streamload.config import DataConfig, load_config
+from streamload.config.batch_schedule import has_batch_ramp
 from streamload.config.checks import check_bool
 from streamload.config.loader_args import LoaderOptions
 from streamload.errors import ConfigError, StateError
@@ -325,6 +326,12 @@ def _with_accumulation(
     wanted = getattr(training, "global_batch_size", None)
     if not isinstance(wanted, int) or isinstance(wanted, bool) or training is None:
         return data
+    if has_batch_ramp(data):
+        raise ConfigError(
+            "the streamload config has a batch size schedule (rampup_batch_size or "
+            "[[batch_schedule]]), but torchtitan's trainer runs every optimizer step at "
+            f"training.global_batch_size = {wanted}; remove the schedule"
+        )
     if not isinstance(local_batch_size, int) or not isinstance(dp_world_size, int):
         return data  # build_loader names a bad batch size or world size
     micro = local_batch_size * dp_world_size

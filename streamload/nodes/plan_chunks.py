@@ -11,7 +11,12 @@ from streamload.nodes.lookahead import Lookahead
 from streamload.plan.partition import RankSpec
 from streamload.state import load_position, make_state
 from streamload.streams.chunks import ChunkPlan
-from streamload.streams.cursor import StreamCursor, check_step_resume
+from streamload.streams.cursor import (
+    StreamCursor,
+    check_step_resume,
+    check_step_sizes,
+    step_size_at,
+)
 from streamload.streams.interface import SampleStream
 
 __all__ = ["PlanChunks"]
@@ -22,8 +27,8 @@ class PlanChunks(BaseNode[ChunkPlan]):
 
     Chunks start small and double up to ``chunk_batches`` (1, 2, 4, …) so the first batch
     arrives quickly after a start or a restore. A pass ends with its last whole optimizer
-    step (``grad_accum_steps`` global batches; the partial remainder is dropped; an
-    evaluation stream instead plans its last global batch padded,
+    step (``grad_accum_steps`` global batches, or the batch size schedule's; the partial
+    remainder is dropped; an evaluation stream instead plans its last global batch padded,
     :mod:`streamload.streams.evaluation`), or when a mixture source's policy runs out. For
     remote sources the windows of the next ``storage.prefetch_batches`` batches are fetched ahead
     (:class:`~streamload.nodes.lookahead.Lookahead`); that never changes what is planned.
@@ -58,6 +63,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
         super().__init__()
         if chunk_batches < 1:
             raise ConfigError(f"chunk_batches = {chunk_batches} must be >= 1")
+        check_step_sizes(stream, rank.world_size, rank.batch_size)  # a schedule's steps split
         self.stream = stream
         self.rank = rank
         self.chunk_batches = chunk_batches
@@ -80,7 +86,7 @@ class PlanChunks(BaseNode[ChunkPlan]):
         if initial_state is not None:
             micro = self.rank.global_batch
             loaded = load_position(initial_state, self.stream, global_batch=micro)
-            check_step_resume(loaded.cursor, self._step, micro, "cursor")
+            check_step_resume(loaded.cursor, self.stream, micro, "cursor")
             self._cursor, self._batches = loaded.cursor, loaded.batches
         elif self._started:
             self._cursor, self._batches = self.stream.next_pass(self._cursor), 0
@@ -109,10 +115,6 @@ class PlanChunks(BaseNode[ChunkPlan]):
         """Where the next chunk begins."""
         return self._cursor
 
-    @property
-    def _step(self) -> int:
-        """Samples per optimizer step."""
-        return self.stream.config.grad_accum_steps * self.rank.global_batch
-
     def get_state(self) -> dict[str, Any]:
-        return make_state(self.stream, self._cursor, batches=self._batches, global_batch=self._step)
+        step = step_size_at(self.stream, self._cursor, self.rank.global_batch)
+        return make_state(self.stream, self._cursor, batches=self._batches, global_batch=step)

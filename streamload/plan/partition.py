@@ -13,6 +13,8 @@ Gradient accumulation (``grad_accum_steps = A``): an optimizer *step* holds ``S 
 samples, Megatron's layout: step k is samples ``[k·S, (k+1)·S)`` and its micro-batch m is the
 global batch ``k·A + m`` above, so the rank split is unchanged and only what counts as a step
 changes (the mixture allocation, schedule steps and the drop rule, which keeps whole steps).
+A batch size schedule (:mod:`streamload.plan.step_sizes`) makes step k ``gbs_k`` samples:
+``gbs_k / B`` micro-batches, cut the same way.
 A position inside a step is ``(done, size)``: samples of the step already delivered, and the
 step's size. Example (A = 2, B = 4, S = 8, a pass of 20 samples): steps 0 and 1 (samples
 [0, 16)) are delivered as 4 micro-batches; samples [16, 20) are dropped;
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamload.errors import ConfigError
+from streamload.plan.step_sizes import StepSizes
 
 __all__ = [
     "RankSpec",
@@ -75,7 +78,7 @@ def num_batches(pass_length: int, start: int, global_batch: int) -> int:
 
 
 def step_batches_left(
-    pass_length: int, start: int, done: int, size: int, micro: int, step: int
+    pass_length: int, start: int, done: int, size: int, micro: int, steps: StepSizes
 ) -> int:
     """Global (micro-)batches left in a pass when only whole optimizer steps are delivered.
 
@@ -87,37 +90,40 @@ def step_batches_left(
             worker reaches by jumping its siblings' batches) has nothing left.
         size: Samples of the step in progress (unused when ``done`` is 0).
         micro: Samples per global batch B (a micro-batch of every rank).
-        step: Samples per later step ``S = A·B`` (a multiple of ``micro``).
+        steps: Sizes of the later steps (each a multiple of ``micro``).
     """
     left = 0
     if done:
         if start - done + size > pass_length:  # a StreamDataset worker stepped past the end
             return 0
         left, start = (size - done) // micro, start + size - done
-    return left + num_batches(pass_length, start, step) * (step // micro)
+    return left + (steps.whole_end(start, pass_length) - start) // micro
 
 
-def walk_steps(done: int, size: int, samples: int, step: int) -> tuple[bool, int, int, int]:
+def walk_steps(
+    done: int, size: int, samples: int, steps: StepSizes, start: int
+) -> tuple[bool, tuple[tuple[int, int], ...], int, int]:
     """Where ``samples`` more delivered samples leave a position inside the steps.
 
     Args:
         done: Samples of the step in progress already delivered (0: at a step boundary).
         size: That step's samples.
         samples: Samples delivered from there.
-        step: Samples of each later step.
+        steps: Sizes of the later steps.
+        start: Pass-relative sample of the position (``done`` samples into its step).
 
     Returns:
-        ``(finished, full, done, size)``: whether the step in progress was finished, how
-        many whole steps of ``step`` followed, and the position after (``(0, 0)`` at a step
-        boundary).
+        ``(finished, runs, done, size)``: whether the step in progress was finished, the
+        whole steps that followed as ``(size, count)`` runs, and the position after
+        (``(0, 0)`` at a step boundary).
     """
     finished = False
     if done:
         if samples < size - done:
-            return False, 0, done + samples, size
-        samples, finished = samples - (size - done), True
-    full, rest = divmod(samples, step)
-    return finished, full, rest, step if rest else 0
+            return False, (), done + samples, size
+        samples, finished, start = samples - (size - done), True, start + size - done
+    runs, rest, size = steps.walk(start, samples)
+    return finished, runs, rest, size
 
 
 def rank_share(global_batch: int, world_size: int, rank: int) -> tuple[int, int]:

@@ -17,8 +17,9 @@ Example (``num_samples`` unset, 2 windows of 4 consumed in epoch 1)::
   samples (``samples``; it counts across epochs) and that sample's data ``epoch``. Derived from
   ``epoch`` and ``cursor`` and checked against them on load.
 * ``global_batch_size``: samples per optimizer step (``grad_accum_steps × world_size ×
-  batch_size``); informational at a step boundary: a loader with another one may load the
-  state and continues at exactly ``cursor.samples``.
+  batch_size``; with a batch size schedule, the size of the step at the cursor);
+  informational at a step boundary: a loader with another one may load the state and
+  continues at exactly ``cursor.samples``.
 * ``cursor.in_step`` (only inside an optimizer step, ``grad_accum_steps > 1``): samples of
   the step in progress already delivered; that step holds ``global_batch_size`` samples, and
   a loader continues there only with the same step size, in global batches (``world_size ×

@@ -35,8 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamload.errors import StateError
+from streamload.config.batch_schedule import step_sizes
+from streamload.errors import ConfigError, StateError
 from streamload.plan.mixture import MixtureCursor, cursor_bounds, replay_cursor
+from streamload.plan.step_sizes import StepSizes
 from streamload.streams._state_values import (
     MAX_STATE_INT,
     short_repr,
@@ -55,12 +57,15 @@ __all__ = [
     "StreamCursor",
     "check_cursor",
     "check_step_resume",
+    "check_step_sizes",
+    "loader_steps",
     "read_batch_sizes",
     "read_in_step",
     "short_repr",
     "state_int",
     "state_ints",
     "state_mapping",
+    "step_size_at",
 ]
 
 MAX_REPLAYED = 1 << 15
@@ -217,14 +222,55 @@ def _check_in_step(cursor: StreamCursor, length: int | None, fields: CursorField
         )
 
 
-def check_step_resume(cursor: StreamCursor, step: int, micro: int, field: str) -> None:
-    """Raise unless a loader whose optimizer steps hold ``step`` samples, in global batches of
-    ``micro``, can continue at ``cursor``: at a step boundary anything may change; inside a
-    step the step keeps its size and the batches must split its rest.
+def loader_steps(stream: SampleStream, micro: int, pass_index: int) -> StepSizes:
+    """Samples of each optimizer step of a loader of global micro-batches of ``micro``
+    samples in pass ``pass_index``: the config's (``grad_accum_steps``, or its batch size
+    schedule); an evaluation pass counts no steps (``grad_accum_steps`` batches, as before)."""
+    if stream.layout.evaluation:
+        return StepSizes.constant(stream.config.grad_accum_steps * micro)
+    return step_sizes(stream.config, micro, pass_index)
+
+
+def step_size_at(stream: SampleStream, cursor: StreamCursor, micro: int) -> int:
+    """Samples of the optimizer step the cursor stands in (or begins, at a boundary)."""
+    if cursor.in_step:
+        return cursor.step_size
+    return loader_steps(stream, micro, cursor.pass_index).size_at(cursor.sample)
+
+
+def check_step_sizes(stream: SampleStream, world_size: int, batch_size: int) -> None:
+    """Raise unless every optimizer step of a batch size schedule splits into global
+    micro-batches of ``world_size x batch_size`` samples, and the schedule reaches its final
+    size inside the first pass (consumed samples count from the run's start, and a later
+    pass runs at the final size). A constant size, or an evaluation pass, always passes.
+
+    Raises:
+        ConfigError: naming the step and the sizes (or the pass length).
+    """
+    micro = world_size * batch_size
+    steps, length = loader_steps(stream, micro, 0), stream.pass_length
+    if steps.is_constant:
+        return
+    steps.check_divides(micro, f"world_size {world_size} x batch_size {batch_size}")
+    last = steps.runs()[-1]
+    if length is not None and steps.whole_end(0, length) < last.first_sample:
+        raise ConfigError(
+            f"the batch size schedule reaches its final global batch size {last.size} at "
+            f"optimizer step {last.first_step} (sample {last.first_sample}), but a pass holds "
+            f"{length} samples: the schedule must end inside the first pass; shorten it or "
+            "raise sampling.num_samples"
+        )
+
+
+def check_step_resume(cursor: StreamCursor, stream: SampleStream, micro: int, field: str) -> None:
+    """Raise unless a loader of ``stream`` in global batches of ``micro`` samples can
+    continue at ``cursor``: at a step boundary anything may change (with a batch size
+    schedule, the boundary must be one of its steps'); inside a step the step keeps its
+    size and the batches must split its rest.
 
     Args:
         cursor: The loaded position.
-        step: Samples per optimizer step of the resuming loader (``A·W·b``).
+        stream: The stream it is loaded into (its steps: :func:`loader_steps`).
         micro: Samples per global batch of the resuming loader (``W·b``).
         field: How the position is named in messages.
 
@@ -232,17 +278,28 @@ def check_step_resume(cursor: StreamCursor, step: int, micro: int, field: str) -
         StateError: naming the position, the sizes and what would fit.
     """
     done, size = cursor.in_step, cursor.step_size
+    steps = loader_steps(stream, micro, cursor.pass_index)
+    boundary = cursor.sample - done
+    if not steps.is_boundary(boundary):
+        _, first, _ = steps.step_at(boundary)
+        raise StateError(
+            f"state {field} puts an optimizer step at sample {boundary}, but the batch size "
+            f"schedule's step there begins at sample {first}; the state was edited or saved "
+            "with another schedule"
+        )
     if not done:
         return
     where = (
         f"state {field} stands {done} samples into an optimizer step of {size} samples (saved "
         "between two micro-batches of a gradient accumulation)"
     )
+    step = steps.size_at(boundary)
     if step != size:
         raise StateError(
             f"{where}, but this loader's steps hold {step} samples (grad_accum_steps x "
-            "world_size x batch_size): a resume inside a step must keep the step's size; "
-            "resume from a state saved at a step boundary to change it"
+            "world_size x batch_size, or the batch size schedule's): a resume inside a step "
+            "must keep the step's size; resume from a state saved at a step boundary to "
+            "change it"
         )
     if (size - done) % micro:
         raise StateError(

@@ -29,6 +29,11 @@ import numpy as np
 
 from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
+from streamload.config.batch_schedule import (
+    batch_schedule_fingerprint,
+    has_batch_ramp,
+    step_sizes,
+)
 from streamload.config.seq_len import seq_len_schedule
 from streamload.plan.mixture import (
     ALLOCATION,
@@ -49,6 +54,7 @@ from streamload.plan.passes import PassPlan
 from streamload.plan.permutation import ALGORITHM
 from streamload.plan.seq_len import CUT, SeqLenSchedule
 from streamload.plan.split import split_matrix
+from streamload.plan.step_sizes import StepSizes
 from streamload.streams.chunks import (
     ChunkPlan,
     TokenChunk,
@@ -56,6 +62,7 @@ from streamload.streams.chunks import (
 )
 from streamload.streams.cursor import StreamCursor
 from streamload.streams.layout import BatchLayout
+from streamload.streams.mixture_steps import mixture_samples, step_start
 from streamload.streams.seq_len import batches_to_switch, schedule_step
 from streamload.streams.token_source import TokenSource
 
@@ -136,9 +143,9 @@ class SourceStream:
         length = self.pass_length
         if length is None:
             return None
-        step = self.config.grad_accum_steps * global_batch
+        steps = step_sizes(self.config, global_batch, cursor.pass_index)
         done, size = cursor.in_step, cursor.step_size
-        return step_batches_left(length, cursor.sample, done, size, global_batch, step)
+        return step_batches_left(length, cursor.sample, done, size, global_batch, steps)
 
     def next_pass(self, cursor: StreamCursor) -> StreamCursor:
         """The start of the pass after the cursor's."""
@@ -147,15 +154,16 @@ class SourceStream:
     def advance(self, cursor: StreamCursor, batches: int, global_batch: int) -> StreamCursor:
         """The cursor after ``batches`` more delivered global batches (a mixture's counts move
         by whole optimizer steps; the position inside a step is ``in_step``)."""
-        step = self.config.grad_accum_steps * global_batch
-        finished, full, done, size = walk_steps(
-            cursor.in_step, cursor.step_size, batches * global_batch, step
+        steps = step_sizes(self.config, global_batch, cursor.pass_index)
+        finished, runs, done, size = walk_steps(
+            cursor.in_step, cursor.step_size, batches * global_batch, steps, cursor.sample
         )
         mixture = cursor.mixture
         if mixture is not None:
             if finished:
                 mixture = advance_cursor(self.phases, cursor.step_size, mixture, 1)
-            mixture = advance_cursor(self.phases, step, mixture, full)
+            for run_size, count in runs:
+                mixture = advance_cursor(self.phases, run_size, mixture, count)
         return replace(
             cursor,
             sample=cursor.sample + batches * global_batch,
@@ -197,7 +205,9 @@ class SourceStream:
             local = self._single_local(cursor.pass_index, ids)
             plan = ChunkPlan(cursor.pass_index, ids, np.zeros(ids.shape, np.int16), local)
             return plan, self.advance(cursor, count, global_batch)
-        sources, local = self._mixture_samples(cursor, count * global_batch, global_batch)
+        steps = step_sizes(self.config, global_batch, cursor.pass_index)
+        samples = count * global_batch
+        sources, local = mixture_samples(self.phases, self._allocate, cursor, samples, steps)
         count = min(count, sources.size // global_batch)
         if count == 0:
             return None
@@ -213,27 +223,6 @@ class SourceStream:
         if self.plan.num_samples is not None:
             return samples
         return samples + pass_index * self.plan.num_windows
-
-    def _mixture_samples(
-        self, cursor: StreamCursor, samples: int, global_batch: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(source, source-local index) of up to ``samples`` samples from ``cursor``, flat:
-        the rest of the step in progress, then whole steps of ``grad_accum_steps`` global
-        batches, each allocated as one batch; fewer where a source's policy ends the stream."""
-        mixture = cursor.mixture
-        assert mixture is not None  # the caller's branch
-        step = self.config.grad_accum_steps * global_batch
-        parts: list[tuple[np.ndarray, np.ndarray]] = []
-        done, size = cursor.in_step, cursor.step_size
-        if done:  # the step in progress, allocated as a whole again from its start
-            sources, local = self._allocate(mixture, 1, size)
-            parts.append((sources.ravel()[done:], local.ravel()[done:]))
-            samples -= size - done
-            mixture = advance_cursor(self.phases, size, mixture, 1)
-        if samples > 0 and (not parts or parts[0][0].size):
-            sources, local = self._allocate(mixture, -(-samples // step), step)
-            parts.append((sources.ravel(), local.ravel()))
-        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
     def _allocate(
         self, mixture: MixtureCursor, count: int, global_batch: int
@@ -294,17 +283,19 @@ class SourceStream:
         assert batch is not None  # guaranteed by DataConfig for mixtures
         if not ids.size:
             return np.zeros(ids.shape, np.int16), np.zeros(ids.shape, np.int64)
-        first, rows = int(ids.min()) // batch, int(ids.max()) // batch + 1
-        start = advance_cursor(self.phases, batch, MixtureCursor.start(len(self.sources)), first)
+        ramp = has_batch_ramp(self.config)
+        steps = step_sizes(self.config, 1, pass_index) if ramp else StepSizes.constant(batch)
+        first, start = step_start(self.phases, len(self.sources), steps, int(ids.min()))
         limits = self._limits
         if limits is not None and (np.array(start.drawn) > limits).any():
-            sources = local = np.zeros((0, batch), np.int64)  # a policy ended it before
+            sources = local = np.zeros(0, np.int64)  # a policy ended it before
         else:
-            sources, local = self._allocate(start, rows - first, batch)
-        flat = ids.ravel() - first * batch
+            cursor, count = StreamCursor(pass_index, first, start), int(ids.max()) + 1 - first
+            sources, local = mixture_samples(self.phases, self._allocate, cursor, count, steps)
+        flat = ids.ravel() - first
         if flat.max() >= sources.size:
             raise IndexError(f"sample {int(ids.max())} lies after the end of the stream")
-        return sources.ravel()[flat].reshape(ids.shape), local.ravel()[flat].reshape(ids.shape)
+        return sources[flat].reshape(ids.shape), local[flat].reshape(ids.shape)
 
     def window_starts(self, pass_index: int, samples: np.ndarray) -> np.ndarray:
         """Stream offsets (in their sources) of the windows of pass-relative sample ids."""
@@ -361,6 +352,9 @@ class SourceStream:
         if sampling.split is not None:  # only when set: states of unsplit streams still load
             out["split"] = [None if b is None else list(b) for b in split_matrix(sampling.split)]
             out["split_name"] = sampling.split_name.value
+        batches = batch_schedule_fingerprint(self.config)
+        if batches is not None:  # only when set: states saved without one still load
+            out["batch_schedule"] = batches
         if self.is_mixture:
             # Phases used by a delivered batch (the last one is step - 1, or the step in
             # progress): a phase may still be added at the very step where the state was saved.

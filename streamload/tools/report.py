@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 
 from streamload.config import SamplingMode
+from streamload.config.batch_schedule import has_batch_ramp, step_sizes
 from streamload.config.checks import INT64_MAX, check_count
 from streamload.errors import ConfigError
-from streamload.plan.mixture import Phase
+from streamload.plan.mixture import MixtureCursor, Phase, allocate_batches
 from streamload.plan.mixture_counts import count_blocks
 from streamload.plan.split import SPLIT_NAMES, split_bookends
+from streamload.plan.step_sizes import StepSizes
 from streamload.streams.interface import SampleStream
 
 __all__ = [
@@ -50,21 +52,46 @@ def check_plan_steps(stream: SampleStream, steps: int | None) -> int | None:
     if not stream.is_mixture or batch is None:
         return steps
     length = stream.pass_length
-    if length is not None and steps > length // batch:
+    ramp = has_batch_ramp(stream.config)
+    sizes = step_sizes(stream.config, 1) if ramp else StepSizes.constant(batch)
+    held = None if length is None else _whole_steps(sizes, length)
+    if held is not None and steps > held:
         raise ConfigError(
-            f"--steps {steps} lies beyond the end of the pass, which holds {length // batch} "
-            f"steps (num_samples = {length}, global_batch_size = {batch})"
+            f"--steps {steps} lies beyond the end of the pass, which holds {held} "
+            f"steps (num_samples = {length}, global_batch_size = {batch}"
+            + (", after its batch size schedule)" if not sizes.is_constant else ")")
         )
     return check_count(steps, "--steps", 0, INT64_MAX // batch)
 
 
-def _step_blocks(stream: SampleStream, steps: int) -> Iterator[np.ndarray]:
+def _whole_steps(sizes: StepSizes, length: int) -> int:
+    """Whole optimizer steps in a pass of ``length`` samples."""
+    runs, _, _ = sizes.walk(0, sizes.whole_end(0, length))
+    return sum(count for _, count in runs)
+
+
+def _step_blocks(stream: SampleStream, steps: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Samples per source of each of the first ``steps`` global steps, int64 ``[n, S]``
-    blocks in order (bounded memory: :func:`streamload.plan.mixture.count_blocks`)."""
+    blocks in order, with each step's size ``[n]`` (bounded memory:
+    :func:`streamload.plan.mixture.count_blocks`; a batch size schedule: each run of equal
+    sizes allocated by :func:`streamload.plan.mixture.allocate_batches`, block by block)."""
     batch = stream.config.global_batch_size
     if not stream.is_mixture or batch is None:
         raise ConfigError("streamload plan needs a mixture config with global_batch_size")
-    return count_blocks(stream.phases, batch, steps)
+    if not has_batch_ramp(stream.config):
+        for counts in count_blocks(stream.phases, batch, steps):
+            yield counts, np.full(len(counts), batch, dtype=np.int64)
+        return
+    cursor, width = MixtureCursor.start(len(stream.sources)), len(stream.sources)
+    for run in step_sizes(stream.config, 1).runs():
+        count = max(0, min(steps, run.first_step + (run.steps or steps)) - run.first_step)
+        block = max(1, (1 << 22) // run.size)
+        for first in range(0, count, block):
+            n = min(block, count - first)
+            sources, _, cursor = allocate_batches(stream.phases, run.size, cursor, n)
+            rows = np.arange(n, dtype=np.int64)[:, None] * width + sources
+            counts = np.bincount(rows.ravel(), minlength=n * width).reshape(n, width)
+            yield counts.astype(np.int64), np.full(n, run.size, dtype=np.int64)
 
 
 class _Tally:
@@ -80,8 +107,8 @@ class _Tally:
         self.deviation = np.zeros(len(stream.phases))
         self.epoch_starts: list[list[int]] = [[0] for _ in stream.sources]
 
-    def add(self, counts: np.ndarray) -> None:
-        """Count the next ``len(counts)`` steps."""
+    def add(self, counts: np.ndarray, sizes: np.ndarray) -> None:
+        """Count the next ``len(counts)`` steps (of ``sizes`` samples each)."""
         steps = self.step + np.arange(len(counts))
         phase = np.searchsorted([p.start_step for p in self.stream.phases], steps, side="right")
         for index in np.unique(phase - 1).tolist():
@@ -91,7 +118,7 @@ class _Tally:
                 since = self.per_phase[index] + np.cumsum(part, axis=0)
                 worst = np.abs(since - np.outer(since.sum(axis=1), weights)).max()
             else:
-                worst = np.abs(part - weights * self.batch).max()
+                worst = np.abs(part - weights * sizes[phase - 1 == index][:, None]).max()
             self.per_phase[index] += part.sum(axis=0)
             self.deviation[index] = max(self.deviation[index], worst)
         cumulative = self.drawn + np.cumsum(counts, axis=0)
@@ -115,8 +142,8 @@ def mixture_report(stream: SampleStream, steps: int) -> dict[str, Any]:
     """Phases (target vs realized shares, worst per-batch deviation) and per-source epochs of
     the first ``steps`` global steps, walked in blocks (memory does not grow with ``steps``)."""
     tally = _Tally(stream)
-    for counts in _step_blocks(stream, steps):
-        tally.add(counts)
+    for counts, sizes in _step_blocks(stream, steps):
+        tally.add(counts, sizes)
     names = [s.name for s in stream.sources]
     phases = []
     bounds = [p.start_step for p in stream.phases] + [steps]
@@ -143,7 +170,11 @@ def mixture_report(stream: SampleStream, steps: int) -> dict[str, Any]:
         )
     }
     batch = tally.batch if steps else 0
-    return {"steps": steps, "global_batch_size": batch, "phases": phases, "sources": sources}
+    out = {"steps": steps, "global_batch_size": batch, "phases": phases, "sources": sources}
+    if has_batch_ramp(stream.config):  # the sizes of the steps walked, by run
+        runs = step_sizes(stream.config, 1).runs()
+        out["batch_sizes"] = [[r.first_step, r.size] for r in runs if r.first_step < steps]
+    return out
 
 
 def cumulative_shares(
@@ -154,7 +185,7 @@ def cumulative_shares(
     wanted = np.unique(np.linspace(0, steps - 1, min(points, steps)).astype(np.int64))
     drawn = np.zeros(len(stream.sources), dtype=np.int64)
     rows, first = [], 0
-    for counts in _step_blocks(stream, steps):
+    for counts, _ in _step_blocks(stream, steps):
         cumulative = drawn + np.cumsum(counts, axis=0)
         inside = wanted[(wanted >= first) & (wanted < first + len(counts))]
         rows.append(cumulative[inside - first])

@@ -11,7 +11,8 @@ whole global micro-batches (world size 1): rank ``r``'s part of micro-batch ``m`
 rows ``[r·b, (r+1)·b)`` of it, as the rank split is contiguous (docs/design.md §2.6).
 
 A step counts optimizer steps (``global_batch_size`` samples, ``grad_accum_steps`` loader
-batches of every rank) from the start of its pass (``--pass``, default 0). A run that was
+batches of every rank; with a batch size schedule, its size at the step over ``--world-size x
+--batch-size``) from the start of its pass (``--pass``, default 0). A run that was
 resumed with another global batch size names each run of equal sizes as ``(first step,
 global batch size)`` pairs (``--batch-sizes 0:64,1000:128``; a mixture's saved state records
 them as ``schedule.batch_sizes``).
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from streamload.config import DataConfig
+from streamload.config.batch_schedule import has_batch_ramp, step_sizes
 from streamload.config.checks import check_count
 from streamload.config.loader_args import check_loader_args
 from streamload.errors import ConfigError
@@ -186,6 +188,12 @@ def _global_batch(
     if request.batch_sizes:
         total = [size for first, size in request.batch_sizes if first <= step][-1]
         return total, f"the global batch size {total} at step {step} (--batch-sizes)"
+    if has_batch_ramp(config) and request.batch_size is None:
+        raise ConfigError(
+            "--batch-size is needed with a batch size schedule (the per-rank micro-batch the "
+            "run used; each step holds its global batch size / (--world-size x --batch-size) "
+            "micro-batches)"
+        )
     if request.batch_size is not None:
         per_rank = check_count(request.batch_size, "--batch-size", 1)
         check_loader_args(config, batch_size=per_rank, rank=None, world_size=world, num_workers=0)
@@ -246,6 +254,28 @@ def cursor_at_step(
     raise AssertionError("unreachable: the last run has no end")  # pragma: no cover
 
 
+def _scheduled_step(
+    stream: SampleStream, request: StepRequest, micro: int
+) -> tuple[StreamCursor, int]:
+    """The cursor before step ``request.step`` of a batch size schedule, and its micro-batches
+    (its size over ``micro``, the global micro-batch).
+
+    Raises:
+        ConfigError: the pass ends before that step.
+    """
+    steps = step_sizes(stream.config, micro, request.pass_index)
+    run = [r for r in steps.runs() if r.first_step <= request.step][-1]
+    first = run.first_sample + (request.step - run.first_step) * run.size
+    start = stream.start(request.pass_index)
+    left = stream.batches_left(start, micro)
+    if left is not None and first + run.size > left * micro:
+        raise ConfigError(
+            f"--step {request.step} lies beyond the end of pass {request.pass_index}, whose "
+            f"whole steps of the batch size schedule end at sample {left * micro}"
+        )
+    return stream.advance(start, first // micro, micro), run.size // micro
+
+
 def load_step(stream: SampleStream, request: StepRequest) -> StepBatch:
     """The batches of optimizer step ``request.step`` as the loader built them (module
     docstring): its ``grad_accum_steps`` micro-batches in order.
@@ -257,7 +287,10 @@ def load_step(stream: SampleStream, request: StepRequest) -> StepBatch:
     split = resolve_split(stream.config, request)
     accum = stream.config.grad_accum_steps
     sizes = request.batch_sizes or ((0, accum * split.global_batch),)
-    cursor = cursor_at_step(stream, request.pass_index, request.step, sizes)
+    if has_batch_ramp(stream.config) and not request.batch_sizes:
+        cursor, accum = _scheduled_step(stream, request, split.global_batch)
+    else:
+        cursor = cursor_at_step(stream, request.pass_index, request.step, sizes)
     world, rank = (1, 0) if request.rank is None else (split.world_size, split.rank)
     stream.ended_by = None
     planned = stream.plan_chunk(cursor, accum, split.global_batch, world, rank)

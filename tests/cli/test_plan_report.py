@@ -140,6 +140,29 @@ def test_steps_beyond_the_pass_are_refused(tmp_path: Path, capsys) -> None:
     assert "--steps 101 lies beyond the end of the pass, which holds 100 steps" in err
 
 
+def test_a_batch_size_ramp_is_walked_step_by_step(tmp_path: Path, capsys) -> None:
+    """Each step counts at its own size: the report's draws are the stream's samples of the
+    first steps (5, 5, 10, then 20 from step 3: megatron-core's float rule gives 20 at 20
+    consumed samples, int(20 / (20 / 3)) = 3 increments)."""
+    ramp = {"global_batch_size": 20, "rampup_batch_size": [5, 5, 20], "sampling": {
+        "num_samples": 1000}}  # fmt: skip
+    config = write_mixture(tmp_path, **ramp)
+    stream = SampleStream.from_config(load_config(config))
+    report = mixture_report(stream, 40)
+    assert report["batch_sizes"] == [[0, 5], [2, 10], [3, 20]]
+    end = 5 + 5 + 10 + 37 * 20
+    drawn = np.bincount(stream.locate(0, np.arange(end))[0], minlength=2)
+    assert [report["sources"][n]["samples"] for n in ("web", "code")] == drawn.tolist()
+    assert report["phases"][0]["max_batch_deviation"] < 1
+    assert main(["plan", str(config), "--steps", "40"]) == 0
+    assert "40 steps of a batch size schedule: 5 from step 0, 10 from step 2" in (
+        capsys.readouterr().out
+    )
+    assert main(["plan", str(config), "--steps", "52"]) == 0  # 20 + 49 x 20 = 1000 samples
+    assert main(["plan", str(config), "--steps", "53"]) == 2
+    assert "holds 52 steps" in capsys.readouterr().err
+
+
 def test_vsl_refuses_negative_steps_too(
     make_corpus: Callable, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

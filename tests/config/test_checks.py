@@ -36,7 +36,7 @@ def with_source(**fields: Any) -> dict[str, Any]:
             r"schedule\[0\]: unknown key\(s\) weight \(did you mean weights\? it belongs in "
             r"\[\[sources\]\]\)",
         ),
-        (minimal(zzz=1), r"config: unknown key\(s\) zzz; allowed: eos_token_id"),
+        (minimal(zzz=1), r"config: unknown key\(s\) zzz; allowed: batch_schedule, eos_token_id"),
         (minimal(shuffle=False), r"unknown key\(s\) shuffle \(it belongs in \[sampling\]\)"),
         (minimal(timeout=3), r"unknown key\(s\) timeout \(it belongs in \[storage\]\)"),
         (minimal(weight=3), r"unknown key\(s\) weight \(it belongs in \[\[sources\]\]\)"),

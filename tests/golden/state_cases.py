@@ -45,6 +45,11 @@ def configs(root: Path) -> dict[str, dict[str, Any]]:
             "grad_accum_steps": 2,
             "global_batch_size": 24,
         },
+        "mixture-ramp": {  # steps of 4, 4, 8, 12, 16, then 24 samples
+            **mixture(paths, WEIGHTS, SCHEDULE, sampling={"num_samples": 120}),
+            "global_batch_size": 24,
+            "rampup_batch_size": [4, 4, 40],
+        },
         "packed": docs.config(
             8, seed=2, pad_token_id=1, sampling={"mode": "packed"}, packing={"masks": True}
         ),
@@ -59,7 +64,10 @@ def configs(root: Path) -> dict[str, dict[str, Any]]:
 
 
 def batch_size(cfg: dict[str, Any]) -> int:
-    """Per-rank batch size of a case (one rank; accumulation: a micro-batch)."""
+    """Per-rank batch size of a case (one rank; accumulation: a micro-batch; a ramp: its
+    first global batch)."""
+    if "rampup_batch_size" in cfg:
+        return int(cfg["rampup_batch_size"][0])
     return int(cfg.get("global_batch_size") or 4) // int(cfg.get("grad_accum_steps", 1))
 
 
@@ -92,12 +100,15 @@ def chain(cfg: dict[str, Any], workers: int) -> Loader[Any]:
 
 ENTRY_POINTS: dict[str, tuple[list[str], Callable[[dict[str, Any], str], Any]]] = {
     "loader": (
-        ["single", "mixture", "mixture-accum", "packed", "vsl", "evaluation"],
+        ["single", "mixture", "mixture-accum", "mixture-ramp", "packed", "vsl", "evaluation"],
         loader,
     ),
-    "dataset0": (["single", "mixture", "packed", "vsl"], lambda cfg, case: dataset(cfg, 0)),
+    "dataset0": (
+        ["single", "mixture", "mixture-ramp", "packed", "vsl"],
+        lambda cfg, case: dataset(cfg, 0),
+    ),
     "dataset2": (["single", "mixture"], lambda cfg, case: dataset(cfg, 2)),
-    "chain0": (["single", "mixture", "vsl"], lambda cfg, case: chain(cfg, 0)),
+    "chain0": (["single", "mixture", "mixture-ramp", "vsl"], lambda cfg, case: chain(cfg, 0)),
     "chain2": (["single", "mixture"], lambda cfg, case: chain(cfg, 2)),
 }
 """Entry point → (its cases, how to build it from a case's config)."""

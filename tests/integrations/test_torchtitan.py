@@ -155,6 +155,11 @@ def test_torchtitans_global_batch_size_sets_the_gradient_accumulation(config: Pa
         ({"grad_accum_steps": 2}, -1, "torchtitan accumulates 1 .* grad_accum_steps = 2"),
         ({"global_batch_size": 8}, 12, "global_batch_size = 8; make them agree"),
         ({}, 10, "global_batch_size = 10 is not a multiple of local_batch_size 2 x dp_degree 2"),
+        (
+            {"global_batch_size": 12, "rampup_batch_size": [4, 4, 40]},
+            12,
+            r"batch size schedule .* torchtitan's trainer runs every optimizer step",
+        ),
     ],
 )
 def test_gradient_accumulation_other_than_torchtitans_is_refused(

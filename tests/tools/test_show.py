@@ -99,6 +99,32 @@ def test_a_step_under_gradient_accumulation_shows_its_micro_batches(
         view(cfg, step=8, world_size=2)  # 100 samples: 8 whole steps of 12
 
 
+@pytest.mark.filterwarnings("ignore:each pass of")
+def test_a_step_of_a_batch_size_ramp_shows_its_micro_batches(
+    make_corpus: Callable[..., Corpus],
+) -> None:
+    a, b = make_corpus([600], seed=1), make_corpus([500, 300], seed=2)
+    cfg = a.config(seq_len=16, global_batch_size=12, rampup_batch_size=[4, 4, 10])
+    cfg["sampling"] = {"shuffle": True, "num_samples": 100}  # steps 4, 4, 8, 12, 12, ...
+    cfg["sources"] = [
+        {"name": "a", "path": str(a.folder), "dtype": a.dtype, "weight": 0.7},
+        {"name": "b", "path": str(b.folder), "dtype": b.dtype, "weight": 0.3},
+    ]
+    micro = [1, 1, 2, 3, 3, 3]  # micro-batches of 2 ranks x 2 per step
+    for rank in range(2):
+        delivered = list(streamload.build_loader(cfg, batch_size=2, rank=rank, world_size=2))
+        for step in (0, 2, 3, 5):
+            shown = view(cfg, step=step, world_size=2, rank=rank, batch_size=2)
+            assert shown.grad_accum_steps == micro[step]
+            for m in range(micro[step]):
+                want = delivered[sum(micro[:step]) + m]
+                assert_same_batch(shown.rank_batch(rank, m), want, f"step {step} micro {m}")
+    with pytest.raises(ConfigError, match="--batch-size is needed with a batch size schedule"):
+        view(cfg, step=0, world_size=2)
+    with pytest.raises(ConfigError, match="--step 30 lies beyond the end of pass 0"):
+        view(cfg, step=30, world_size=2, batch_size=2)
+
+
 @pytest.mark.parametrize(
     ("request_args", "match"),
     [

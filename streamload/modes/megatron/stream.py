@@ -22,6 +22,7 @@ import numpy as np
 
 from streamload.catalog.sources import SourceCatalog, describe_sources
 from streamload.config import DataConfig
+from streamload.config.batch_schedule import batch_schedule_fingerprint, step_sizes
 from streamload.errors import FormatError
 from streamload.modes.megatron.indices import ALGORITHM, GPT_FIELDS, load_indices
 from streamload.modes.megatron.source import PAD_TOKEN, MegatronSource
@@ -132,9 +133,9 @@ class MegatronStream:
         """
         if cursor.pass_index > 0:
             return 0
-        step = self.config.grad_accum_steps * global_batch
+        steps = step_sizes(self.config, global_batch, cursor.pass_index)
         done, size = cursor.in_step, cursor.step_size
-        return step_batches_left(self.length, cursor.sample, done, size, global_batch, step)
+        return step_batches_left(self.length, cursor.sample, done, size, global_batch, steps)
 
     def next_pass(self, cursor: StreamCursor) -> StreamCursor:
         """An empty pass: Megatron's dataset ends after ``num_samples``."""
@@ -142,9 +143,10 @@ class MegatronStream:
 
     def advance(self, cursor: StreamCursor, batches: int, global_batch: int) -> StreamCursor:
         """The cursor after ``batches`` more delivered global batches."""
-        step = self.config.grad_accum_steps * global_batch
+        steps = step_sizes(self.config, global_batch, cursor.pass_index)
         samples = batches * global_batch
-        _, _, done, size = walk_steps(cursor.in_step, cursor.step_size, samples, step)
+        position = (cursor.in_step, cursor.step_size, samples, steps, cursor.sample)
+        _, _, done, size = walk_steps(*position)
         return replace(cursor, sample=cursor.sample + samples, in_step=done, step_size=size)
 
     # -- planning and reading ------------------------------------------------------------
@@ -261,7 +263,7 @@ class MegatronStream:
     def fingerprint(self, cursor: StreamCursor | None = None) -> dict[str, Any]:
         """Every input of the indices (docs/design.md §2.8); batch and masks left out."""
         s = self.config.sampling
-        return {
+        out: dict[str, Any] = {
             "algorithm": ALGORITHM,
             "mode": s.mode_name,
             "seq_len": self.seq_len,
@@ -275,6 +277,10 @@ class MegatronStream:
             "weights": [src.weight for src in self.config.sources],
             "data": {src.name: src.catalog.fingerprint() for src in self.sources},
         }
+        batches = batch_schedule_fingerprint(self.config)
+        if batches is not None:  # only when set: states saved without one still load
+            out["batch_schedule"] = batches
+        return out
 
 
 def _without_indices(source: MegatronSource) -> MegatronSource:

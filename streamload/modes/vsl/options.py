@@ -205,6 +205,12 @@ def _check_power_of_two(value: int, name: str) -> None:
 def check_vsl_config(config: DataConfig) -> None:
     """Raise :class:`ConfigError` for a vsl config whose parts disagree; fill
     ``global_batch_size`` (slots per optimizer step) when it is unset."""
+    if config.rampup_batch_size is not None or config.batch_schedule:
+        raise ConfigError(
+            "rampup_batch_size / [[batch_schedule]] have no meaning with mode = 'vsl': an "
+            "optimizer step holds a fixed number of tokens (sampling.tokens_per_batch); "
+            "remove them"
+        )
     sampling = config.sampling
     top = sampling.max_seq_len if sampling.max_seq_len is not None else config.seq_len
     if top != config.seq_len:
