@@ -205,12 +205,7 @@ def _check_power_of_two(value: int, name: str) -> None:
 def check_vsl_config(config: DataConfig) -> None:
     """Raise :class:`ConfigError` for a vsl config whose parts disagree; fill
     ``global_batch_size`` (slots per optimizer step) when it is unset."""
-    if config.rampup_batch_size is not None or config.batch_schedule:
-        raise ConfigError(
-            "rampup_batch_size / [[batch_schedule]] have no meaning with mode = 'vsl': an "
-            "optimizer step holds a fixed number of tokens (sampling.tokens_per_batch); "
-            "remove them"
-        )
+    _refuse_unbuilt(config)
     sampling = config.sampling
     top = sampling.max_seq_len if sampling.max_seq_len is not None else config.seq_len
     if top != config.seq_len:
@@ -241,6 +236,26 @@ def check_vsl_config(config: DataConfig) -> None:
             f"sampling.tokens_per_batch = {tokens} is not a multiple of max_seq_len = {top}: "
             "every global batch holds tokens_per_batch / L pieces of its length L"
         )
+    slots = config.grad_accum_steps * (tokens // top)
+    if config.global_batch_size is None:
+        object.__setattr__(config, "global_batch_size", slots)
+    elif config.global_batch_size != slots:
+        raise ConfigError(
+            f"global_batch_size = {config.global_batch_size}, but in vsl mode an optimizer "
+            f"step holds grad_accum_steps x tokens_per_batch / max_seq_len = {slots} slots of "
+            f"{top} tokens; remove global_batch_size"
+        )
+
+
+def _refuse_unbuilt(config: DataConfig) -> None:
+    """Raise :class:`ConfigError` for the options vsl mode does not have: a batch size
+    schedule, source policies, per-source batches."""
+    if config.rampup_batch_size is not None or config.batch_schedule:
+        raise ConfigError(
+            "rampup_batch_size / [[batch_schedule]] have no meaning with mode = 'vsl': an "
+            "optimizer step holds a fixed number of tokens (sampling.tokens_per_batch); "
+            "remove them"
+        )
     for source in config.sources:
         if source.policy.value != "repeat" or source.max_epochs is not None:
             raise ConfigError(
@@ -253,15 +268,6 @@ def check_vsl_config(config: DataConfig) -> None:
             f"mixture.batching = {config.mixture.batching.value!r} is not built for mode = "
             "'vsl': a vsl step splits each length's slots between the sources by weight "
             "(docs/vsl.md); use batching = 'mixed', or mode = 'concat' or 'packed'"
-        )
-    slots = config.grad_accum_steps * (tokens // top)
-    if config.global_batch_size is None:
-        object.__setattr__(config, "global_batch_size", slots)
-    elif config.global_batch_size != slots:
-        raise ConfigError(
-            f"global_batch_size = {config.global_batch_size}, but in vsl mode an optimizer "
-            f"step holds grad_accum_steps x tokens_per_batch / max_seq_len = {slots} slots of "
-            f"{top} tokens; remove global_batch_size"
         )
 
 
