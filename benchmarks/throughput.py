@@ -317,6 +317,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the bare torchdata map-style loop (uint32 windows), 0 and thread workers",
     )
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--title", default="Throughput", help="the RESULTS.md section's title")
     parser.add_argument("--peer-batch-sizes", type=int_list, default=[8])
     parser.add_argument(
         "--touch",
@@ -359,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 file=sys.stderr,
             )
     rows = table_rows(cases, rates, shares, weights)
-    emit(args, "Throughput", rows, columns(args), notes(args, paths, shares))
+    emit(args, args.title, rows, columns(args), notes(args, paths, shares))
 
 
 def data_shares(paths: Sequence[str], args: argparse.Namespace, samples: int) -> dict[str, float]:
