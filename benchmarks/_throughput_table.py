@@ -43,6 +43,7 @@ def columns(args: argparse.Namespace) -> list[Column]:
         ("bytes", "B/token", ".1f"),
         ("limit", "byte limit Mtok/s", ".1f"),
         ("vs_limit", "ratio to byte limit", ".2f"),
+        ("faults", "page faults / batch", ".1f"),
         *([("vs_concat", "packed / concat", ".2f")] if modes else []),
         *([("vs_unmasked", "with / without mask files", ".2f")] if loss else []),
     ]
@@ -53,6 +54,7 @@ def table_rows(
     rates: dict[Any, list[float]],
     shares: dict[str, float],
     weights: dict[Any, float],
+    faults: dict[Any, list[float]],
 ) -> list[dict[str, Any]]:
     """One row per case: median tokens/s, the ratios to the raw baseline and the torchdata
     loop of its batch size (same workers), a masks case's ratio to its plain twin, its bytes
@@ -97,6 +99,7 @@ def table_rows(
                 "bytes": weights[case],
                 "limit": limit / 1e6 if limit else None,
                 "vs_limit": median(values) / limit if limit else None,
+                "faults": median(faults[case]),
                 "runs_tok_s": [round(v) for v in values],
             }
         )
@@ -122,7 +125,9 @@ def notes(args: argparse.Namespace, paths: Sequence[str], shares: dict[str, floa
         "case without masks; all in the same run.",
         "B/token = bytes of every tensor of a batch per input token (what the layout must "
         "write); byte limit = raw Mtok/s x raw B/token / B/token (the raw slicing's time per "
-        "byte times the bytes the case writes); ratio to byte limit = median / byte limit.",
+        "byte times the bytes the case writes); ratio to byte limit = median / byte limit; "
+        "page faults / batch: the process's minor faults per timed batch (median; fresh "
+        "memory pays one per 4 KiB page written, the memmap one per page first read).",
     ]
     if True in args.loss_masks:
         out.append(

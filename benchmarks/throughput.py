@@ -36,6 +36,7 @@ import argparse
 import copy
 import itertools
 import math
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -205,9 +206,10 @@ def touch(batch: Batch) -> None:
 
 def measure(
     case: Case, config: dict[str, Any], windows: Windows, args: argparse.Namespace
-) -> tuple[float, float]:
-    """Tokens/s of one case after the warm-up, and the bytes per input token of its batches
-    (every tensor of a batch: what it must write)."""
+) -> tuple[float, float, float]:
+    """Tokens/s of one case after the warm-up, the bytes per input token of its batches
+    (every tensor of a batch: what it must write), and the process's minor page faults per
+    timed batch (fresh memory pays one per 4 KiB page written)."""
     batch_tokens = case.batch_size * args.seq_len
     warmup = math.ceil(args.warmup_tokens / batch_tokens)
     measured = math.ceil(args.tokens / batch_tokens)
@@ -216,15 +218,17 @@ def measure(
         for _ in range(warmup):
             batch = next(batches)
         weight = sum(v.numel() * v.element_size() for v in batch.values()) / batch_tokens
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
         for _ in range(measured):
             batch = next(batches)
             if args.touch:
                 touch(batch)
         elapsed = time.perf_counter() - start
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     finally:
         close()
-    return measured * batch_tokens / elapsed, weight
+    return measured * batch_tokens / elapsed, weight, faults / measured
 
 
 def case_config(
@@ -350,16 +354,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     shares = data_shares(paths, args, samples)
     rates: dict[Case, list[float]] = {c: [] for c in cases}
     weights: dict[Case, float] = {}
+    faults: dict[Case, list[float]] = {c: [] for c in cases}
     for rep in range(args.repeats):
         for case in cases:
             cfg = case_config(paths, args, case, samples)
-            rate, weights[case] = measure(case, cfg, windows, args)
+            rate, weights[case], fault = measure(case, cfg, windows, args)
             rates[case].append(rate)
+            faults[case].append(fault)
             print(
                 f"[{rep + 1}/{args.repeats}] {case.label}: {rates[case][-1] / 1e6:.1f} Mtok/s",
                 file=sys.stderr,
             )
-    rows = table_rows(cases, rates, shares, weights)
+    rows = table_rows(cases, rates, shares, weights, faults)
     emit(args, args.title, rows, columns(args), notes(args, paths, shares))
 
 
