@@ -1,8 +1,8 @@
 """The default layout is safe to write into (issue 35): a training loop that edits ``labels``
 in place (``labels[labels == pad] = -100``) never changes ``input_ids``, nor any other batch,
 and batches it keeps keep their values while the loader reuses its memory for later chunks
-(:mod:`streamload.nodes._blocks`) — in every mode, with masks, 0 workers, thread and process
-workers, and pinned memory (a no-op without CUDA)."""
+(:mod:`streamload.nodes._blocks`) — in every mode (concat, packed, padded, vsl, megatron),
+with masks, 0 workers, thread and process workers, and pinned memory (a no-op without CUDA)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 
 from streamload import build_loader
 from tests.helpers.corpus_factory import Corpus
+from tests.streams.test_megatron import GOLDENS, config_of
 
 pytestmark = pytest.mark.filterwarnings("ignore:each pass of")
 
@@ -44,22 +45,36 @@ def run(
     return held, copies
 
 
-def config(corpus: Corpus, mode: str, masks: bool) -> dict[str, Any]:
-    sampling = {"mode": mode, "shuffle": True}
-    return corpus.config(seq_len=16, sampling=sampling, pad_token_id=999, packing={"masks": masks})
+def config(corpus: Corpus, mode: str, masks: bool, tmp: pytest.TempPathFactory) -> dict[str, Any]:
+    if mode == "megatron":  # Megatron-Core's own samples (pads -1: input 0, label -100)
+        prefixes = GOLDENS.write_datasets(tmp.mktemp("megatron"))
+        cfg = config_of("blend_train", prefixes)
+        return {**cfg, "eos_token_id": 0, "packing": {"masks": masks}}
+    sampling: dict[str, Any] = {"mode": mode, "shuffle": True}
+    extra: dict[str, Any] = {}
+    if mode == "vsl":  # 4 slots of 16 tokens per batch, pieces of 4 to 16 tokens
+        sampling.update(min_seq_len=4, tokens_per_batch=64)
+        extra["global_batch_size"] = 4
+    return corpus.config(
+        seq_len=16, sampling=sampling, pad_token_id=999, packing={"masks": masks}, **extra
+    )
 
 
 @pytest.mark.parametrize("workers", WORKERS)
 @pytest.mark.parametrize("masks", [False, True])
-@pytest.mark.parametrize("mode", ["concat", "packed", "padded"])
+@pytest.mark.parametrize("mode", ["concat", "packed", "padded", "vsl", "megatron"])
 def test_writing_labels_changes_nothing_else(
-    make_corpus: Callable[..., Corpus], mode: str, masks: bool, workers: tuple[int, str]
+    make_corpus: Callable[..., Corpus],
+    tmp_path_factory: pytest.TempPathFactory,
+    mode: str,
+    masks: bool,
+    workers: tuple[int, str],
 ) -> None:
     corpus = make_corpus([700, 500], mean_doc_len=9.0)
-    cfg = config(corpus, mode, masks)
+    cfg = config(corpus, mode, masks, tmp_path_factory)
     _, want = run(cfg, (0, "thread"), pin=False, write=False)
     held, copies = run(cfg, workers, pin=True, write=True)
-    assert len(held) == len(copies) == len(want) == COUNT
+    assert len(held) == len(copies) == len(want) > 4
     for i, (kept, copy, ref) in enumerate(zip(held, copies, want, strict=True)):
         for key, value in ref.items():  # delivered as the unwritten run's, every key
             assert torch.equal(copy[key], value), (i, key)
