@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 from _common import Column, add_common_args, bench_config, emit, ensure_corpus, int_list, median
+from _torchdata_loop import torchdata_batches
 from throughput import Windows, raw_batches, touch
-from torchdata import nodes
 
 import streamload
 
@@ -52,33 +52,6 @@ class Case:
     def label(self) -> str:
         layout = " compact" if self.compact else ""
         return f"{self.kind}{layout} masks={self.masks} workers={self.num_workers}"
-
-
-class WindowDataset:
-    """The map-style dataset of the bare loop: one ``uint32`` window per index."""
-
-    def __init__(self, windows: Windows) -> None:
-        self.windows = windows
-
-    def __len__(self) -> int:
-        return len(self.windows.shard)
-
-    def __getitem__(self, index: int) -> torch.Tensor:
-        return torch.from_numpy(self.windows.window(index))
-
-
-def torchdata_batches(windows: Windows, batch_size: int, workers: int) -> Iterator[Batch]:
-    """The bare torchdata loop: sampler, per-sample map, batcher, stack."""
-    dataset = WindowDataset(windows)
-    sampler = torch.utils.data.SequentialSampler(range(len(dataset)))
-    node: nodes.BaseNode[Any] = nodes.SamplerWrapper(sampler)
-    if workers:
-        node = nodes.ParallelMapper(node, dataset.__getitem__, num_workers=workers, method="thread")
-    else:
-        node = nodes.Mapper(node, dataset.__getitem__)
-    node = nodes.Batcher(node, batch_size=batch_size, drop_last=True)
-    node = nodes.Mapper(node, lambda rows: {"tokens": torch.stack(rows)})
-    return iter(nodes.Loader(node))
 
 
 def make_batches(

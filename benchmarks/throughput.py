@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import math
+import resource
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -45,17 +47,17 @@ import numpy as np
 import torch
 from _common import (
     VOCAB_SIZE,
-    Column,
     add_common_args,
     bench_config,
     emit,
     ensure_corpus,
     ensure_loss_masks,
     int_list,
-    median,
     on_off_list,
     str_list,
 )
+from _throughput_table import columns, notes, table_rows
+from _torchdata_loop import torchdata_batches
 
 import streamload
 
@@ -71,21 +73,33 @@ token reads as padding, and it fits the corpus's ``uint32``."""
 class Case:
     """One measured configuration."""
 
-    kind: str  # "raw", "streamload" or "peer"
+    kind: str  # "raw", "torchdata", "streamload" or "peer"
     batch_size: int
     masks: bool = False
     num_workers: int = 0
     worker_type: str = "thread"
     mode: str = "concat"  # sampling.mode of a "streamload" case
     loss_masks: bool = False  # a loss-mask file per shard (label_masks)
+    compact: bool = False  # packing.compact
+    mask_layout: str = "int64"  # with masks: int64, int32 (mask_dtype) or cu_seqlens
 
     @property
     def label(self) -> str:
         workers = f"{self.num_workers} {self.worker_type}" if self.num_workers else "0"
-        masks = "on" if self.masks else "off"
+        masks = (
+            ("on" + ("" if self.mask_layout == "int64" else f" {self.mask_layout}"))
+            if self.masks
+            else "off"
+        )
         mode = f" {self.mode}" if self.kind == "streamload" else ""
+        mode += " compact" if self.compact else ""
         loss = " loss-masks" if self.loss_masks else ""
         return f"{self.kind}{mode} b={self.batch_size} masks={masks} workers={workers}{loss}"
+
+    @property
+    def plain_twin(self) -> Case:
+        """The same loader case without packing masks."""
+        return replace(self, masks=False, mask_layout="int64")
 
     @property
     def unmasked_twin(self) -> Case:
@@ -164,6 +178,8 @@ def make_batches(
     windows = copy.copy(windows)  # without its maps (Windows.__getstate__)
     if case.kind == "raw":
         return raw_batches(windows, case.batch_size), lambda: None
+    if case.kind == "torchdata":
+        return torchdata_batches(windows, case.batch_size, case.num_workers), lambda: None
     if case.kind == "peer":
         loader = torch.utils.data.DataLoader(
             PeerDataset(windows), batch_size=case.batch_size, num_workers=case.num_workers
@@ -205,17 +221,29 @@ def timed_batches(
 
 def measure(
     case: Case, config: dict[str, Any], windows: Windows, args: argparse.Namespace
-) -> float:
-    """Tokens/s of one case after the warm-up."""
+) -> tuple[float, float, float]:
+    """Tokens/s of one case after the warm-up, the bytes per input token of its batches
+    (every tensor of a batch: what it must write), and the process's minor page faults per
+    timed batch (fresh memory pays one per 4 KiB page written)."""
     batch_tokens = case.batch_size * args.seq_len
     warmup = math.ceil(args.warmup_tokens / batch_tokens)
     measured = math.ceil(args.tokens / batch_tokens)
     batches, close = make_batches(case, config, windows)
     try:
-        elapsed = timed_batches(batches, warmup, measured, args.touch)
+        for _ in range(warmup):
+            batch = next(batches)
+        weight = sum(v.numel() * v.element_size() for v in batch.values()) / batch_tokens
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        for _ in range(measured):
+            batch = next(batches)
+            if args.touch:
+                touch(batch)
+        elapsed = time.perf_counter() - start
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     finally:
         close()
-    return measured * batch_tokens / elapsed
+    return measured * batch_tokens / elapsed, weight, faults / measured
 
 
 def case_config(
@@ -229,19 +257,31 @@ def case_config(
         config["pad_token_id"] = PAD_TOKEN_ID
     if case.loss_masks:
         config["sources"][0]["label_masks"] = ensure_loss_masks(paths, args.loss_mask_pattern)
+    config["packing"]["compact"] = case.compact
+    if case.masks and case.mask_layout == "int32":
+        config["packing"]["mask_dtype"] = "int32"
+    elif case.masks and case.mask_layout == "cu_seqlens":
+        config["packing"]["mask_fields"] = "cu_seqlens"
     return config
 
 
 def make_cases(args: argparse.Namespace) -> list[Case]:
-    """Raw, loader (per mode) and peer cases for each batch size."""
+    """Raw, torchdata, loader (per mode, layout and mask layout) and peer cases per batch
+    size."""
     cases: list[Case] = []
     workers = [(0, "thread"), *[(w, t) for w in args.num_workers if w for t in args.worker_types]]
+    masks = [(False, "int64")] * (False in args.masks)
+    masks += [(True, layout) for layout in args.mask_layouts] * (True in args.masks)
     for b in args.batch_sizes:
         cases.append(Case("raw", b))
-        for masks in args.masks:
-            for w, t in workers:
-                for loss in args.loss_masks:
-                    cases += [Case("streamload", b, masks, w, t, m, loss) for m in args.modes]
+        if args.torchdata:
+            cases += [Case("torchdata", b, num_workers=w) for w in sorted({w for w, _ in workers})]
+        for (mask, layout), (w, t), loss, compact in itertools.product(
+            masks, workers, args.loss_masks, args.compact
+        ):
+            cases += [
+                Case("streamload", b, mask, w, t, m, loss, compact, layout) for m in args.modes
+            ]
         if args.peer and b in args.peer_batch_sizes:
             cases += [Case("peer", b, False, w, "process") for w in args.num_workers]
     return cases
@@ -280,7 +320,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="spans",
         help="the masks' zeros: SFT-like spans (default) or scattered tokens (a worst case)",
     )
+    parser.add_argument(
+        "--compact", type=on_off_list, default=[False], help="off,on: packing.compact"
+    )
+    parser.add_argument(
+        "--mask-layouts",
+        type=str_list,
+        default=["int64"],
+        help="masks=on cases: int64 (default), int32 (mask_dtype), cu_seqlens (mask_fields)",
+    )
+    parser.add_argument(
+        "--torchdata",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the bare torchdata map-style loop (uint32 windows), 0 and thread workers",
+    )
     parser.add_argument("--peer", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--title", default="Throughput", help="the RESULTS.md section's title")
     parser.add_argument("--peer-batch-sizes", type=int_list, default=[8])
     parser.add_argument(
         "--touch",
@@ -312,16 +368,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     windows = Windows(paths, stream.window_starts(0, np.arange(samples)), args.seq_len)
     shares = data_shares(paths, args, samples)
     rates: dict[Case, list[float]] = {c: [] for c in cases}
+    weights: dict[Case, float] = {}
+    faults: dict[Case, list[float]] = {c: [] for c in cases}
     for rep in range(args.repeats):
         for case in cases:
             cfg = case_config(paths, args, case, samples)
-            rates[case].append(measure(case, cfg, windows, args))
+            rate, weights[case], fault = measure(case, cfg, windows, args)
+            rates[case].append(rate)
+            faults[case].append(fault)
             print(
                 f"[{rep + 1}/{args.repeats}] {case.label}: {rates[case][-1] / 1e6:.1f} Mtok/s",
                 file=sys.stderr,
             )
-    rows = table_rows(cases, rates, shares)
-    emit(args, "Throughput", rows, columns(args), notes(args, paths, shares))
+    rows = table_rows(cases, rates, shares, weights, faults)
+    emit(args, args.title, rows, columns(args), notes(args, paths, shares))
 
 
 def data_shares(paths: Sequence[str], args: argparse.Namespace, samples: int) -> dict[str, float]:
@@ -336,91 +396,6 @@ def data_shares(paths: Sequence[str], args: argparse.Namespace, samples: int) ->
         data = sum(int(r["data_tokens"]) for r in reports)
         shares[mode] = data / (data + sum(int(r["padding_tokens"]) for r in reports))
     return shares
-
-
-def columns(args: argparse.Namespace) -> list[Column]:
-    """The table's columns; the mode columns only when a mode other than concat runs."""
-    modes = args.modes != ["concat"]
-    loss = True in args.loss_masks
-    return [
-        ("case", "case", ""),
-        *([("mode", "mode", "")] if modes else []),
-        *([("loss_masks", "mask files", "")] if loss else []),
-        ("batch_size", "batch", "d"),
-        ("masks", "masks", ""),
-        ("workers", "workers", ""),
-        ("mtok_s", "Mpositions/s (median)" if modes else "Mtok/s (median)", ".1f"),
-        ("range", "min-max", ""),
-        *([("data_mtok_s", "data Mtok/s", ".1f")] if modes else []),
-        ("ratio", "ratio to raw", ".2f"),
-        *([("vs_concat", "packed / concat", ".2f")] if modes else []),
-        *([("vs_unmasked", "with / without mask files", ".2f")] if loss else []),
-    ]
-
-
-def table_rows(
-    cases: Sequence[Case], rates: dict[Case, list[float]], shares: dict[str, float]
-) -> list[dict[str, Any]]:
-    """One row per case: median tokens/s, the ratio to the raw baseline of its batch size,
-    and for a non-concat loader case its data tokens/s and its ratio to its concat twin."""
-    raw = {c.batch_size: median(rates[c]) for c in cases if c.kind == "raw"}
-    rows = []
-    for case in cases:
-        values = rates[case]
-        loader = case.kind == "streamload"
-        twin = rates.get(case.concat_twin) if loader and case.mode != "concat" else None
-        bare = rates.get(case.unmasked_twin) if case.loss_masks else None
-        rows.append(
-            {
-                "case": case.kind,
-                "mode": case.mode if loader else None,
-                "batch_size": case.batch_size,
-                "masks": "on" if case.masks else "off",
-                "workers": f"{case.num_workers} {case.worker_type}" if case.num_workers else "0",
-                "mtok_s": median(values) / 1e6,
-                "range": f"{min(values) / 1e6:.0f}-{max(values) / 1e6:.0f}",
-                "data_mtok_s": median(values) * shares[case.mode] / 1e6 if loader else None,
-                "ratio": median(values) / raw[case.batch_size] if case.batch_size in raw else None,
-                "vs_concat": median(values) / median(twin) if twin else None,
-                "loss_masks": ("on" if case.loss_masks else "off") if loader else None,
-                "vs_unmasked": median(values) / median(bare) if bare else None,
-                "runs_tok_s": [round(v) for v in values],
-            }
-        )
-    return rows
-
-
-def notes(args: argparse.Namespace, paths: Sequence[str], shares: dict[str, float]) -> list[str]:
-    out = [
-        f"Corpus: {len(paths)} NPY shard(s), {len(paths) * args.shard_tokens:.3g} uint32 tokens, "
-        f"seq_len {args.seq_len}, shuffle on; page cache warm.",
-        f"Per case: {args.warmup_tokens:.3g} warm-up tokens skipped, {args.tokens:.3g} input "
-        f"tokens timed; median of {args.repeats} round-robin repeats"
-        + (
-            "; each delivered tensor of a page or more is touched once per 4 KiB page"
-            if args.touch
-            else ""
-        )
-        + "; every case maps the shards anew.",
-        "Ratio = median tokens/s / median of the raw baseline at the same batch size (the raw "
-        "baseline builds no masks, so masks=on rows include the cost of the masks).",
-    ]
-    if True in args.loss_masks:
-        out.append(
-            f"mask files: a loss-mask file per shard ({args.loss_mask_pattern} zeros), named by "
-            "label_masks; with / without = median / median of the same case without them, same "
-            "run. Every batch carries source_ids in both."
-        )
-    for mode in args.modes:
-        if mode != "concat":
-            out.append(
-                f"{mode}: sampling.mode = {mode!r}, pad_token_id {PAD_TOKEN_ID}; rates count "
-                f"input positions (padding included); data Mtok/s = positions/s x the epoch's "
-                f"data share {shares[mode]:.5f} (padding {100 * (1 - shares[mode]):.3f} %); "
-                f"{mode} / concat = median / median of the concat case with the same batch "
-                "size, masks and workers, same run."
-            )
-    return out
 
 
 if __name__ == "__main__":

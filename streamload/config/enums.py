@@ -1,5 +1,5 @@
 """The named choices of the option tables: sampling modes, long documents, splits, mixture
-units and batching (re-exported by :mod:`streamload.config.options`)."""
+units, mixture batching and packing-mask fields (re-exported by :mod:`streamload.config.options`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import enum
 __all__ = [
     "MEGATRON_DEFAULT_SPLIT",
     "LongDocuments",
+    "MaskDtype",
+    "MaskFields",
     "MegatronSplit",
     "MixtureBatching",
     "MixtureUnit",
@@ -98,3 +100,23 @@ class MixtureUnit(str, enum.Enum):
     """Shares of tokens. Every sample holds ``seq_len`` input tokens, so with fixed-length
     sampling the allocation is the same as for samples (``concat`` mode only: ``packed`` and
     ``padded`` samples hold fewer real tokens than positions)."""
+
+
+class MaskDtype(str, enum.Enum):
+    """The dtype of ``doc_ids`` and ``position_ids`` with ``packing.masks``."""
+
+    INT64 = "int64"
+    """What embedding lookups and Megatron take without a cast (full batches' default)."""
+    INT32 = "int32"
+    """Half the bytes (any ``seq_len`` fits); ``torch.nn.Embedding`` and rotary tables index
+    with it as they are (compact batches' default)."""
+
+
+class MaskFields(str, enum.Enum):
+    """Which packing-mask fields a batch carries with ``packing.masks``."""
+
+    ALL = "all"
+    """``doc_ids``, ``position_ids``, ``cu_seqlens`` and ``max_seqlen``."""
+    CU_SEQLENS = "cu_seqlens"
+    """``cu_seqlens`` and ``max_seqlen`` only: the training step derives ``position_ids`` and
+    ``doc_ids`` on the device (:mod:`streamload.ops.varlen`)."""

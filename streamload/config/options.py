@@ -15,6 +15,8 @@ from streamload.config.checks import (
 from streamload.config.enums import (
     MEGATRON_DEFAULT_SPLIT,
     LongDocuments,
+    MaskDtype,
+    MaskFields,
     MegatronSplit,
     MixtureBatching,
     MixtureUnit,
@@ -28,6 +30,8 @@ from streamload.errors import ConfigError
 __all__ = [
     "MEGATRON_DEFAULT_SPLIT",
     "LongDocuments",
+    "MaskDtype",
+    "MaskFields",
     "MegatronSplit",
     "MixtureBatching",
     "MixtureConfig",
@@ -92,6 +96,10 @@ class PackingConfig:
             int32) instead of int64 ``input_ids`` and ``labels``, which the training step
             slices on the device; ``label_mask`` where a label can be -100
             (:mod:`streamload.nodes.compact`, docs/config.md "Compact batches").
+        mask_dtype: With masks, the dtype of ``doc_ids`` and ``position_ids``
+            (:class:`MaskDtype`); unset: int64, int32 in compact batches.
+        mask_fields: With masks, ``"all"`` fields or ``"cu_seqlens"`` (and ``max_seqlen``)
+            only (:class:`MaskFields`); unset: all.
     """
 
     masks: bool = False
@@ -99,10 +107,13 @@ class PackingConfig:
     reset_attention_mask: bool | None = None
     eod_mask_loss: bool | None = None
     compact: bool = False
+    mask_dtype: MaskDtype | None = None
+    mask_fields: MaskFields | None = None
 
     def __post_init__(self) -> None:
         check_bool(self.masks, "packing.masks")
         check_bool(self.compact, "packing.compact")
+        self._check_mask_fields()
         for name in ("reset_position_ids", "reset_attention_mask", "eod_mask_loss"):
             value = getattr(self, name)
             if value is not None:
@@ -112,6 +123,38 @@ class PackingConfig:
                     f"packing.{name} = true needs packing.masks = true (the mask outputs "
                     "position_ids, doc_ids and cu_seqlens exist only with masks)"
                 )
+
+    def _check_mask_fields(self) -> None:
+        """``mask_dtype`` and ``mask_fields``: known values, only with masks; positions
+        derived from ``cu_seqlens`` restart at each segment, as Megatron's switches must say."""
+        for name, kind in (("mask_dtype", MaskDtype), ("mask_fields", MaskFields)):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            object.__setattr__(self, name, to_enum(kind, value, f"packing.{name}"))
+            if not self.masks:
+                raise ConfigError(
+                    f"packing.{name} = {getattr(self, name).value!r} needs packing.masks = "
+                    "true (it shapes the mask fields, which exist only with masks)"
+                )
+        if self.mask_fields is MaskFields.CU_SEQLENS and self.flags[0] != self.flags[1]:
+            raise ConfigError(
+                'packing.mask_fields = "cu_seqlens" needs reset_position_ids equal to '
+                "reset_attention_mask: position_ids derived from cu_seqlens restart at each "
+                'segment (set mask_fields = "all" for positions that do not)'
+            )
+
+    @property
+    def id_dtype(self) -> str:
+        """The dtype of ``doc_ids`` and ``position_ids`` with masks."""
+        if self.mask_dtype is not None:
+            return self.mask_dtype.value
+        return "int32" if self.compact else "int64"
+
+    @property
+    def mask_ids(self) -> bool:
+        """Whether batches with masks carry ``doc_ids`` and ``position_ids``."""
+        return self.mask_fields is not MaskFields.CU_SEQLENS
 
     @property
     def flags(self) -> tuple[bool, bool, bool]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from streamload.nodes._worker_stats import SKIPPED_KEY, count_delivered_skips, skipped_counts
@@ -44,6 +45,8 @@ class Materialize:
             label_mask=compact and can_mask_labels(stream),
             token_dtype=stream_dtype(stream) if compact else None,
             positions=stream.layout.positions,
+            mask_dtype=np.dtype(cfg.packing.id_dtype),
+            mask_ids=cfg.packing.mask_ids,
         )
         self.num_sources = len(stream.sources) if count_skipped else 0
 

@@ -9,10 +9,12 @@ import torch
 from torchdata.nodes import BaseNode
 
 from streamload.errors import ConfigError
+from streamload.nodes._blocks import BlockCarver, BlockPool
 from streamload.nodes.compact import compact_dtype, compact_tokens
 from streamload.nodes.map_stage import MapStage
 from streamload.ops.masks import (
     IGNORE_INDEX,
+    field_shapes,
     mask_padding,
     mask_untrained,
     packing_fields,
@@ -54,6 +56,13 @@ class MaskPacker:
             (:func:`streamload.nodes.compact.compact_dtype`).
         positions: Add ``position_ids`` (int64 ``[K, b, L]``, ``0 … L − 1`` in every row)
             without masks (``vsl`` mode: every row is part of one document).
+        mask_dtype: Of ``doc_ids`` and ``position_ids`` with masks (``packing.mask_dtype``);
+            ``None``: int64, int32 in compact batches.
+        mask_ids: With masks, add ``doc_ids`` and ``position_ids`` (``False``:
+            ``cu_seqlens`` and ``max_seqlen`` only, ``packing.mask_fields = "cu_seqlens"``).
+
+    A chunk's arrays are carved from one block of a :class:`~streamload.nodes._blocks.BlockPool`
+    (reused once every view of it is freed: no page faults per chunk), one region per key.
     """
 
     def __init__(
@@ -65,6 +74,8 @@ class MaskPacker:
         label_mask: bool = True,
         token_dtype: np.dtype[Any] | None = None,
         positions: bool = False,
+        mask_dtype: np.dtype[Any] | None = None,
+        mask_ids: bool = True,
     ) -> None:
         self.masks = masks
         self.eos_token_id = eos_token_id
@@ -73,6 +84,10 @@ class MaskPacker:
         self.label_mask = label_mask
         self.token_dtype = token_dtype
         self.positions = positions
+        default = np.int32 if compact else np.int64
+        self.mask_dtype = np.dtype(default if mask_dtype is None else mask_dtype)
+        self.mask_ids = mask_ids
+        self.blocks = BlockPool()
 
     def __call__(self, chunk: TokenChunk) -> dict[str, torch.Tensor]:
         batches, batch_size = chunk.plan.sample_ids.shape
@@ -98,24 +113,32 @@ class MaskPacker:
 
     def _full(self, chunk: TokenChunk) -> dict[str, np.ndarray]:
         tokens = chunk.tokens
-        arrays = {
-            "input_ids": tokens[:, :-1].astype(np.int64),
-            "labels": tokens[:, 1:].astype(np.int64),
-        }
+        rows, width = tokens.shape
+        pair = (np.dtype(np.int64), (rows, width - 1))
+        carver = self._carver(rows, width - 1, [pair, pair])
+        # Two regions of one block, each written once from the tokens (no int64 temporary):
+        # writing labels in place never changes input_ids.
+        arrays = {"input_ids": carver.array(*pair), "labels": carver.array(*pair)}
+        np.copyto(arrays["input_ids"], tokens[:, :-1], casting="unsafe")
+        np.copyto(arrays["labels"], tokens[:, 1:], casting="unsafe")
         if tokens.dtype.kind == "i" and tokens.size and int(tokens.min()) < 0:
             mask_pad(arrays["input_ids"], arrays["labels"])  # Megatron's pad (-1)
-        arrays.update(self._mark(chunk, arrays["labels"], IGNORE_INDEX))
+        arrays.update(self._mark(chunk, arrays["labels"], IGNORE_INDEX, carver))
         return arrays
 
     def _compact(self, chunk: TokenChunk) -> dict[str, np.ndarray]:
         tokens = chunk.tokens
+        rows, width = tokens.shape
         trained = None
+        shape = (np.dtype(np.bool_), (rows, width - 1))
+        carver = self._carver(rows, width - 1, [shape] if self.label_mask else [])
         if self.label_mask:
-            trained = np.ones((tokens.shape[0], tokens.shape[1] - 1), dtype=bool)
+            trained = carver.array(*shape)
+            trained.fill(True)
         pads = tokens.dtype.kind == "i" and tokens.size and int(tokens.min()) < 0
         if pads and trained is not None:  # Megatron's pad (-1): label masked, input 0
             np.greater_equal(tokens[:, 1:], 0, out=trained)
-        fields = self._mark(chunk, trained, False)
+        fields = self._mark(chunk, trained, False, carver)
         if pads:
             tokens[tokens < 0] = 0  # after the document starts were found from the tokens
         dtype = compact_dtype(tokens.dtype) if self.token_dtype is None else self.token_dtype
@@ -124,7 +147,17 @@ class MaskPacker:
             arrays["label_mask"] = trained
         return arrays
 
-    def _mark(self, chunk: TokenChunk, labels: np.ndarray | None, fill: int) -> dict[str, Any]:
+    def _carver(self, rows: int, length: int, shapes: list[Any]) -> BlockCarver:
+        """A block for ``shapes`` and, with masks, the packing fields."""
+        if self.masks and all(self.flags):
+            shapes = shapes + list(
+                field_shapes(rows, length, self.mask_dtype, self.mask_ids).values()
+            )
+        return BlockCarver(self.blocks, shapes)
+
+    def _mark(
+        self, chunk: TokenChunk, labels: np.ndarray | None, fill: int, carver: BlockCarver
+    ) -> dict[str, Any]:
         """Set ``labels`` (int64 labels, or a bool "trained" mask; ``None``: no label can be
         masked) to ``fill`` where padding, the data's loss mask or, with masks, a document
         boundary says; return the packing masks."""
@@ -141,9 +174,16 @@ class MaskPacker:
             starts = starts_from_eos(chunk.tokens, self.eos_token_id)
         if labels is None:  # no label is masked: the fields alone
             labels = np.ones((starts.shape[0], starts.shape[1] - 1), dtype=bool)
+        rows, length = labels.shape
         if all(self.flags):
-            return packing_fields(starts, labels, fill)
-        return switched_fields(starts, labels, self.flags, fill)
+            shapes = field_shapes(rows, length, self.mask_dtype, self.mask_ids)
+            out = {key: carver.array(*shape) for key, shape in shapes.items()}
+            return packing_fields(
+                starts, labels, fill, dtype=self.mask_dtype, ids=self.mask_ids, out=out
+            )
+        return switched_fields(
+            starts, labels, self.flags, fill, dtype=self.mask_dtype, ids=self.mask_ids
+        )
 
 
 class PackMasks(MapStage[TokenChunk, dict[str, torch.Tensor]]):

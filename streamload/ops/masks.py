@@ -23,10 +23,13 @@ cu_seqlens ``[0, 2, 5, 6, 6, 6, 6]``; max_seqlen 3.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 __all__ = [
     "IGNORE_INDEX",
+    "field_shapes",
     "mask_padding",
     "mask_untrained",
     "packing_fields",
@@ -105,17 +108,34 @@ def mask_untrained(labels: np.ndarray, loss_mask: np.ndarray) -> None:
 
 
 def packing_fields(
-    starts: np.ndarray, labels: np.ndarray, fill: int = IGNORE_INDEX
+    starts: np.ndarray,
+    labels: np.ndarray,
+    fill: int = IGNORE_INDEX,
+    *,
+    dtype: Any = np.int64,
+    ids: bool = True,
+    out: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray]:
     """Masks of a block of windows; masks ``labels`` (int64 ``[n, L]``, or a bool "trained"
     mask with ``fill`` false) in place with ``fill``.
 
     Documents are sparse (one start per hundreds of tokens), so the work is done on the list
-    of segments, and the dense outputs are written once each with ``np.repeat``.
+    of segments; each dense output is written by one ``np.repeat`` of a per-segment value
+    (``position_ids``: the row's positions minus its segment's start column, in one pass).
+
+    Args:
+        starts: Document starts, bool ``[n, L + 1]``.
+        labels: Labels to mask in place.
+        fill: What a masked label becomes.
+        dtype: Of ``doc_ids`` and ``position_ids`` (int64; int32 holds any ``L``).
+        ids: Build ``doc_ids`` and ``position_ids`` (``False``: ``cu_seqlens`` and
+            ``max_seqlen`` only, from which :mod:`streamload.ops.varlen` derives them).
+        out: Arrays to write the fields into (same keys, shapes and dtypes as returned);
+            ``None``: new arrays.
 
     Returns:
-        ``doc_ids`` and ``position_ids`` (int64 ``[n, L]``), ``cu_seqlens`` (int32
-        ``[n, L+1]``), ``max_seqlen`` (int32 ``[n]``).
+        ``doc_ids`` and ``position_ids`` (``dtype`` ``[n, L]``, with ``ids``), ``cu_seqlens``
+        (int32 ``[n, L+1]``), ``max_seqlen`` (int32 ``[n]``).
     """
     n, width = starts.shape
     length = width - 1
@@ -130,16 +150,41 @@ def packing_fields(
     inner = col < length
     seg_start, seg_row, seg_doc, first = _segments(n, length, row[inner], col[inner])
     seg_len = np.diff(np.append(seg_start, n * length))
-    flat = np.arange(n * length, dtype=np.int64)
-    flat -= np.repeat(seg_start, seg_len)
-    cu_seqlens = np.full((n, width), length, dtype=np.int32)
-    cu_seqlens[seg_row, seg_doc] = seg_start - seg_row * length
+    seg_col = seg_start - seg_row * length  # the segment's start column in its row
+    fields = out if out is not None else _new_fields(n, length, dtype, ids)
+    cu_seqlens = fields["cu_seqlens"]
+    cu_seqlens.fill(length)
+    cu_seqlens[seg_row, seg_doc] = seg_col
+    fields["max_seqlen"][:] = np.maximum.reduceat(seg_len, first)
+    if ids:
+        doc_ids, position_ids = fields["doc_ids"], fields["position_ids"]
+        id_type = doc_ids.dtype
+        doc_ids.reshape(-1)[:] = np.repeat(seg_doc.astype(id_type), seg_len)
+        column = np.arange(length, dtype=id_type)
+        starts_at = np.repeat(seg_col.astype(id_type), seg_len).reshape(n, length)
+        np.subtract(column, starts_at, out=position_ids)
+    return fields
+
+
+def _new_fields(n: int, length: int, dtype: Any, ids: bool) -> dict[str, np.ndarray]:
+    """Uninitialised arrays of every field :func:`packing_fields` writes."""
     return {
-        "doc_ids": np.repeat(seg_doc, seg_len).reshape(n, length),
-        "position_ids": flat.reshape(n, length),
-        "cu_seqlens": cu_seqlens,
-        "max_seqlen": np.maximum.reduceat(seg_len, first).astype(np.int32),
+        key: np.empty(shape, dtype=kind)
+        for key, (kind, shape) in field_shapes(n, length, dtype, ids).items()
     }
+
+
+def field_shapes(
+    n: int, length: int, dtype: Any, ids: bool
+) -> dict[str, tuple[np.dtype[Any], tuple[int, ...]]]:
+    """``(dtype, shape)`` of each field :func:`packing_fields` returns, in its key order."""
+    shapes: dict[str, tuple[np.dtype[Any], tuple[int, ...]]] = {}
+    if ids:
+        shapes["doc_ids"] = (np.dtype(dtype), (n, length))
+        shapes["position_ids"] = (np.dtype(dtype), (n, length))
+    shapes["cu_seqlens"] = (np.dtype(np.int32), (n, length + 1))
+    shapes["max_seqlen"] = (np.dtype(np.int32), (n,))
+    return shapes
 
 
 def _segments(

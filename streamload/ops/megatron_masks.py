@@ -18,6 +18,8 @@ Megatron's ``tokens[pad] = 0`` and ``loss_mask[labels == pad] = 0``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from streamload.ops.masks import IGNORE_INDEX, packing_fields
@@ -32,7 +34,13 @@ def mask_pad(input_ids: np.ndarray, labels: np.ndarray) -> None:
 
 
 def switched_fields(
-    starts: np.ndarray, labels: np.ndarray, flags: tuple[bool, bool, bool], fill: int = IGNORE_INDEX
+    starts: np.ndarray,
+    labels: np.ndarray,
+    flags: tuple[bool, bool, bool],
+    fill: int = IGNORE_INDEX,
+    *,
+    dtype: Any = np.int64,
+    ids: bool = True,
 ) -> dict[str, np.ndarray]:
     """:func:`packing_fields` with Megatron's three switches applied.
 
@@ -42,14 +50,19 @@ def switched_fields(
             ``eod_mask_loss`` masks.
         flags: ``(reset_position_ids, reset_attention_mask, eod_mask_loss)``.
         fill: What a masked label becomes (-100; false in a "trained" mask).
+        dtype: Of ``doc_ids`` and ``position_ids``.
+        ids: Add ``doc_ids`` and ``position_ids`` (``False``: ``cu_seqlens`` and
+            ``max_seqlen`` only).
     """
     reset_positions, reset_attention, eod_mask_loss = flags
-    fields = packing_fields(starts, labels if eod_mask_loss else labels.copy(), fill)
+    masked = labels if eod_mask_loss else labels.copy()
+    fields = packing_fields(starts, masked, fill, dtype=dtype, ids=ids)
     n, length = labels.shape
-    if not reset_positions:
-        fields["position_ids"] = np.tile(np.arange(length, dtype=np.int64), (n, 1))
+    if not reset_positions and ids:
+        fields["position_ids"] = np.tile(np.arange(length, dtype=dtype), (n, 1))
     if not reset_attention:
-        fields["doc_ids"] = np.zeros((n, length), dtype=np.int64)
+        if ids:
+            fields["doc_ids"] = np.zeros((n, length), dtype=dtype)
         cu_seqlens = np.full((n, length + 1), length, dtype=np.int32)
         cu_seqlens[:, 0] = 0
         fields["cu_seqlens"] = cu_seqlens
