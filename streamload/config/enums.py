@@ -1,5 +1,6 @@
 """The named choices of the option tables: sampling modes, long documents, splits, mixture
-units, mixture batching and packing-mask fields (re-exported by :mod:`streamload.config.options`)."""
+units, mixture batching and packing-mask fields (re-exported by
+:mod:`streamload.config.options`)."""
 
 from __future__ import annotations
 
