@@ -44,6 +44,7 @@ import numpy as np
 from streamload.errors import ConfigError
 from streamload.plan._pack_levels import pack_by_levels
 from streamload.plan._pack_lockstep import pack_in_lockstep
+from streamload.plan._pack_refill import refill
 
 __all__ = [
     "ALGORITHM",
@@ -257,7 +258,8 @@ def pack_items(
     if max_items is not None and max_items < 1:
         raise ValueError(f"max_items {max_items}: expected >= 1 or None")
     if group_size is None:
-        return SamplePlan(*pack_by_levels(sizes, capacity, max_items))
+        plan = pack_by_levels(sizes, capacity, max_items)
+        return SamplePlan(*refill(sizes, capacity, max_items, *plan))
     group = group_size
     if max_items is not None:
         return _pack_capped(sizes, capacity, group, max_items)
