@@ -91,7 +91,11 @@ def test_refill_is_tighter_on_lognormal_documents() -> None:
     check_plan(plan, sizes, 2049, None)
     digest = hashlib.sha256(plan.offsets.tobytes() + plan.items.tobytes()).hexdigest()
     assert ALGORITHM == "bfd-epoch-refill-v1"
-    assert (best.num_samples - bound, plan.num_samples - bound, digest[:16]) == (1, 0, "439d5486154b5aa1")
+    assert (best.num_samples - bound, plan.num_samples - bound, digest[:16]) == (
+        1,
+        0,
+        "439d5486154b5aa1",
+    )
 
 
 def test_capped_refill_keeps_the_cap_on_lognormal_documents() -> None:
