@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from streamload.plan._pack_levels import _stable_order
+
 __all__ = ["refill"]
 
 
@@ -55,22 +57,21 @@ def refill(
     spare = int((capacity - fill[gapped]).sum())
     if spare < capacity:  # R's tokens need as many bins as R has
         return offsets, items
-    bin_of = np.repeat(np.arange(bins, dtype=np.int64), np.diff(offsets))
-    in_r = gapped[bin_of]
+    counts = np.diff(offsets)
+    in_r = np.repeat(gapped, counts)  # per position of ``items``
     ids = np.sort(items[in_r])
-    order = ids[np.argsort(capacity - sizes[ids], kind="stable")]  # size desc, id asc
-    closed = _close_bins(sizes[order], capacity, cap)
-    new_bins = int(closed.max()) + 1 if closed.size else 0
+    by_size = _stable_order(capacity - sizes[ids], capacity)  # size desc, id asc
+    closed = np.empty(ids.size, dtype=np.int64)
+    closed[by_size] = _close_bins(sizes[ids[by_size]], capacity, cap)
+    new_bins = int(closed.max()) + 1
     if new_bins >= int(np.count_nonzero(gapped)):
         return offsets, items
-    kept = np.cumsum(~gapped) - 1  # a kept bin's new index
-    target = np.empty(sizes.size, dtype=np.int64)
-    target[items] = kept[bin_of]
-    total_kept = int(np.count_nonzero(~gapped))
-    target[order] = closed + total_kept
-    total = total_kept + new_bins
-    new_offsets = np.concatenate([[0], np.cumsum(np.bincount(target, minlength=total))])
-    return new_offsets.astype(np.int64), np.argsort(target, kind="stable").astype(np.int64)
+    # The kept bins are runs of ``items`` in order; the refilled ones follow, by bin then id
+    # (no sort of all n items).
+    refilled = ids[_stable_order(closed, new_bins)]
+    sizes_per_bin = np.concatenate([counts[~gapped], np.bincount(closed, minlength=new_bins)])
+    new_offsets = np.concatenate([[0], np.cumsum(sizes_per_bin)]).astype(np.int64)
+    return new_offsets, np.concatenate([items[~in_r], refilled]).astype(np.int64)
 
 
 def _close_bins(ordered: np.ndarray, capacity: int, cap: int | None) -> np.ndarray:
