@@ -7,9 +7,11 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streamload.plan import _pack_refill
 from streamload.plan._pack_levels import pack_by_levels
 from streamload.plan._pack_refill import refill
 from streamload.plan.packing import ALGORITHM, SamplePlan, pack_bound, pack_items, pad_items
@@ -106,3 +108,25 @@ def test_capped_refill_keeps_the_cap_on_lognormal_documents() -> None:
         plan = pack_items(sizes, 8193, max_items=cap)
         check_plan(plan, sizes, 8193, cap)
         assert plan.num_samples <= best.num_samples
+
+
+def test_a_refill_over_budget_takes_the_emptiest_bins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``MAX_ITEMS`` items in bins with free space, only the emptiest bins are refilled:
+    the plan still keeps every rule and never has more samples than best fit."""
+    items = lognormal_items(2048)
+    sizes = items.lengths.astype(np.int64)
+    best = SamplePlan(*pack_by_levels(sizes, 2049))
+    full = pack_items(sizes, 2049)
+    monkeypatch.setattr(_pack_refill, "MAX_ITEMS", 500)
+    bounded = pack_items(sizes, 2049)
+    check_plan(bounded, sizes, 2049, None)
+    assert full.num_samples <= bounded.num_samples <= best.num_samples
+    monkeypatch.setattr(_pack_refill, "MAX_ITEMS", 0)
+    assert samples_of(pack_items(sizes, 2049)) == samples_of(best)
+
+
+def test_items_of_one_size_keep_the_best_fit_plan() -> None:
+    """Every bin has free space (3 items of 3 in 10) but no refill can do better."""
+    sizes = np.full(3_000, 3, dtype=np.int64)
+    best = SamplePlan(*pack_by_levels(sizes, 10))
+    assert samples_of(pack_items(sizes, 10)) == samples_of(best)
