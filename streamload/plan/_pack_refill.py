@@ -21,7 +21,7 @@ Mixing sizes this way closes most bins exactly (2·10^5 documents at seq_len 204
 over the bound instead of 5-7). Ties between items of one size go to the lowest id. If the
 refill does not use fewer bins than ``R`` had, the plan is kept as it was, so the pass never
 adds a bin. Cost: one Python step per item of ``R`` (0.5-1 µs; ``R`` holds 7-9 % of the items
-of log-normal documents: ~0.5 CPU s at 10^7 documents and seq_len 2048, ~1 s at 8192), none
+of log-normal documents: 0.5-1.2 CPU s at 10^7 documents and seq_len 2048, ~1 s at 8192), none
 when ``R``'s free space is under one bin.
 """
 

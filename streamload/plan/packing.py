@@ -67,7 +67,7 @@ ALGORITHM = "bfd-epoch-refill-v1"
 """Names the default packing rule (order, ties, one best fit over the whole epoch, then the
 refill of the bins with free space); part of any key of a cached plan and of a state's
 fingerprint: changing the rule changes which items share a sample. On 10^6 log-normal
-documents 0.0013 % (seq_len 2048) and 0 % (8192) more samples than the bound
+documents 0.0012 % (seq_len 2048) and 0 % (8192) more samples than the bound
 (``benchmarks/packing.py``; the best fit alone: 0.0079 % and 0.0020 %)."""
 GROUPED_ALGORITHM = "bfd-groups-fifo-v1"
 """Names the rule with a ``group_size`` (best fit within consecutive groups of items): the
