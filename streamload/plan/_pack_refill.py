@@ -55,6 +55,9 @@ def refill(
         offsets: int64 ``[b + 1]``, a plan of ``sizes`` (every bin non-empty, within
             ``capacity`` and ``cap``).
         items: int64 ``[n]``, its items.
+
+    Returns:
+        ``(offsets, items)`` of the plan, with no more bins than the given one.
     """
     bins = offsets.size - 1
     if bins < 2:
