@@ -5,17 +5,19 @@ Documents have log-normal lengths (median 500 tokens, sigma 1, like the corpus o
 
 * **Build**: :func:`streamload.plan.packing.document_items` and
   :func:`~streamload.plan.packing.pack_items` at 10^5..10^7 documents: the default (one best
-  fit over the whole epoch, in steps per (size, free space)), the grouped rule of before
-  (groups of 4096), the whole-epoch rule as a per-item Python loop (must give the identical
-  plan) and ``np.sort`` of the same item lengths (the sort every best fit decreasing starts
-  with); medians of interleaved repeats.
+  fit over the whole epoch, in steps per (size, free space), then the refill of the bins it
+  left with free space), the best fit alone, the grouped rule of before (groups of 4096),
+  the whole-epoch best fit as a per-item Python loop (must give the best fit's plan) and
+  ``np.sort`` of the same item lengths (the sort every best fit decreasing starts with);
+  medians of interleaved repeats.
 * **Padding**: at each seq_len, samples against the bound ``ceil(tokens / (seq_len + 1))``
   for concat mode (``(tokens - 1) // seq_len`` windows), padded mode (one item per sample),
-  packed mode by default and at several group sizes, and OLMo-core's ``InstancePacker``
-  (OBFD) on the same documents under its own rules (pieces of ``seq_len`` tokens, instances
-  of ``seq_len``; bound ``ceil(tokens / seq_len)``), run in another Python when ``olmo_core``
-  does not import here (``--olmo-python``, ``$OLMO_PYTHON``, ``/tmp/olmo/bin/python``);
-  streamload's default over OLMo-core's own pieces and capacity must give its sample count.
+  packed mode by default, the best fit alone and at several group sizes, and OLMo-core's
+  ``InstancePacker`` (OBFD) on the same documents under its own rules (pieces of ``seq_len``
+  tokens, instances of ``seq_len``; bound ``ceil(tokens / seq_len)``), run in another Python
+  when ``olmo_core`` does not import here (``--olmo-python``, ``$OLMO_PYTHON``,
+  ``/tmp/olmo/bin/python``); streamload's best fit alone over OLMo-core's own pieces and
+  capacity must give its sample count (the default, refilled, then gives fewer or as many).
 
     python benchmarks/packing.py --docs 100000,1000000,10000000 --seq-lens 2048,8192
     python benchmarks/packing.py --docs '' --padding-docs '' --seeds 10   # draws vs OLMo-core
@@ -32,8 +34,10 @@ import numpy as np
 from _common import add_common_args, emit, int_list, median
 from _olmo_packer import olmo_fragments, olmo_pack, olmo_python
 
+from streamload.plan._pack_levels import pack_by_levels
 from streamload.plan.packing import (
     GROUP_SIZE,
+    SamplePlan,
     _pack_in_python,
     document_items,
     pack_items,
@@ -74,6 +78,11 @@ def interleaved(
     return {name: (median(times[name]), results[name], median(cpu[name])) for name in cases}
 
 
+def best_fit(lengths: np.ndarray, capacity: int) -> SamplePlan:
+    """The default's first stage alone: the whole-epoch best fit, without the refill."""
+    return SamplePlan(*pack_by_levels(np.asarray(lengths, dtype=np.int64), capacity))
+
+
 def same_plan(a: Any, b: Any) -> bool:
     return bool(np.array_equal(a.offsets, b.offsets) and np.array_equal(a.items, b.items))
 
@@ -88,6 +97,7 @@ def build_row(docs: int, seq_len: int, repeats: int, python_max: int) -> dict[st
         {
             "sort": lambda: np.sort(lengths),
             "pack": lambda: pack_items(lengths, capacity),
+            "best_fit": lambda: best_fit(lengths, capacity),
             "grouped": lambda: pack_items(lengths, capacity, GROUP_SIZE),
         },
     )
@@ -104,11 +114,13 @@ def build_row(docs: int, seq_len: int, repeats: int, python_max: int) -> dict[st
         "grouped_s": runs["grouped"][0],
         "grouped_cpu": runs["grouped"][2],
         "vs_grouped": pack_cpu / runs["grouped"][2],
+        "best_fit_cpu": runs["best_fit"][2],
+        "refilled": runs["best_fit"][1].num_samples - plan.num_samples,
     }
     if lengths.size <= python_max:
         python_s, python = timed(1, lambda: _pack_in_python(lengths, capacity, lengths.size))
         row["python_s"] = python_s
-        row["identical"] = same_plan(plan, python)
+        row["identical"] = same_plan(runs["best_fit"][1], python)
     return row
 
 
@@ -125,7 +137,9 @@ def padding_rows(
         ("padded", lengths.size, capacity, float("nan")),
     ]
     seconds, plan = timed(1, lambda: pack_items(lengths, capacity))
-    cases.append(("packed, default (whole epoch)", plan.num_samples, capacity, seconds))
+    cases.append(("packed, default (best fit + refill)", plan.num_samples, capacity, seconds))
+    seconds, plan = timed(1, lambda: best_fit(lengths, capacity))
+    cases.append(("packed, whole-epoch best fit alone", plan.num_samples, capacity, seconds))
     for group in args.group_sizes:
         seconds, plan = timed(1, lambda: pack_items(lengths, capacity, group))  # noqa: B023
         cases.append((f"packed, group_size {group}", plan.num_samples, capacity, seconds))
@@ -146,8 +160,9 @@ def olmo_rows(
     pieces = olmo_fragments(doc_sizes, seq_len)
     tokens = int(pieces.sum())
     found = olmo_pack(pieces, seq_len, python)
-    seconds, plan = timed(1, lambda: pack_items(pieces, seq_len))
+    seconds, plan = timed(1, lambda: best_fit(pieces, seq_len))
     same = plan.num_samples == found["instances"]
+    refill_s, refilled = timed(1, lambda: pack_items(pieces, seq_len))
     return [
         _padding_row(
             seq_len, docs, tokens, concat, f"OLMo-core {found['version']} InstancePacker (OBFD)",
@@ -155,8 +170,12 @@ def olmo_rows(
         ),
         _padding_row(
             seq_len, docs, tokens, concat,
-            f"packed default on OLMo-core's pieces (same count: {same})",
+            f"streamload best fit alone on OLMo-core's pieces (same count: {same})",
             plan.num_samples, seq_len, seconds,
+        ),
+        _padding_row(
+            seq_len, docs, tokens, concat, "packed default on OLMo-core's pieces",
+            refilled.num_samples, seq_len, refill_s,
         ),
     ]  # fmt: skip
 
@@ -169,6 +188,7 @@ def seed_rows(docs: int, seq_len: int, seeds: int, olmo: str) -> list[dict[str, 
         sizes = np.diff(document_bounds(docs, seed))
         items = document_items(np.concatenate([[0], np.cumsum(sizes)]), seq_len, "split")
         ours = pack_items(items.lengths, seq_len + 1).num_samples
+        alone = best_fit(items.lengths, seq_len + 1).num_samples
         ours_bound = -(-int(items.lengths.sum()) // (seq_len + 1))
         pieces = olmo_fragments(sizes, seq_len)
         theirs = olmo_pack(pieces, seq_len, olmo)["instances"]
@@ -180,6 +200,7 @@ def seed_rows(docs: int, seq_len: int, seeds: int, olmo: str) -> list[dict[str, 
                 "seed": seed,
                 "ours_over": ours - ours_bound,
                 "ours_pct": 100 * (ours / ours_bound - 1),
+                "alone_over": alone - ours_bound,
                 "olmo_over": theirs - their_bound,
                 "olmo_pct": 100 * (theirs / their_bound - 1),
             }
@@ -274,21 +295,25 @@ def emit_build(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
             ("grouped_s", f"group_size {GROUP_SIZE} s", ".3f"),
             ("grouped_cpu", f"group_size {GROUP_SIZE} CPU s", ".3f"),
             ("vs_grouped", "default / grouped (CPU)", ".2f"),
+            ("best_fit_cpu", "best fit alone CPU s", ".3f"),
+            ("refilled", "samples the refill saved", "d"),
             ("python_s", "per-item loop s", ".3f"),
             ("identical", "identical", ""),
         ],
         notes=[
             f"Medians of {args.repeats} interleaved repeats in one process (np.sort, the"
-            f" default pack_items, pack_items with group_size {GROUP_SIZE}, taking turns);"
+            f" default pack_items, the best fit alone, pack_items with group_size {GROUP_SIZE},"
+            " taking turns);"
             " split long documents; one thread. s: wall seconds; CPU s: the process's CPU"
             " seconds (time.process_time: what one core gave it, the honest figure on a"
             " shared machine); ratios are of CPU seconds. The default is one best fit"
-            " decreasing over the whole epoch in steps per (item size, free space); np.sort:"
-            " of the same"
+            " decreasing over the whole epoch in steps per (item size, free space), then the"
+            " refill of the bins it left with free space (samples the refill saved: best fit"
+            " alone minus the default); np.sort: of the same"
             " item lengths, the sort every best fit decreasing starts with; per-item loop:"
-            " the same whole-epoch rule one item at a time (timed once, up to"
-            f" {args.python_max:,} items); identical = its plan equals the default's, sample"
-            " for sample.",
+            " the same whole-epoch best fit one item at a time (timed once, up to"
+            f" {args.python_max:,} items); identical = its plan equals the best fit alone's,"
+            " sample for sample.",
         ],
     )
 
@@ -321,8 +346,9 @@ def emit_padding(args: argparse.Namespace, padding: list[dict[str, Any]], olmo: 
             " ceil(tokens / seq_len); its seconds are the packer alone, in "
             + (olmo or "(not installed: no OLMo-core rows)")
             + ". The next row packs OLMo-core's pieces into seq_len tokens with streamload's"
-            " default: equal sizes are interchangeable, so best fit decreasing must give the"
-            " same count whatever the ties.",
+            " best fit alone: equal sizes are interchangeable, so best fit decreasing must"
+            " give the same count whatever the ties; the row after, with the default (best"
+            " fit + refill).",
         ],
     )
 
@@ -341,6 +367,7 @@ def emit_seeds(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
             ("seed", "draw", "d"),
             ("ours_over", "streamload samples over", "d"),
             ("ours_pct", "streamload % over", ".4f"),
+            ("alone_over", "best fit alone over", "d"),
             ("olmo_over", "OLMo-core samples over", "d"),
             ("olmo_pct", "OLMo-core % over", ".4f"),
         ],

@@ -21,7 +21,10 @@ Worked example, seq_len 4 (capacity 5 tokens), documents of 7, 1, 0, 5, 3 and 2 
 
 By default best fit decreasing runs over all items at once (:data:`ALGORITHM`), as OLMo-core's
 OBFD does, in one step per (item size, free space) pair rather than per item
-(:mod:`streamload.plan._pack_levels`): ~0.1 CPU µs per item in all, the sort included. With
+(:mod:`streamload.plan._pack_levels`): ~0.1 CPU µs per item in all, the sort included; then
+the bins it left with free space are packed again, each closed exactly where the sizes left
+allow, and replace them when that takes fewer bins (:mod:`streamload.plan._pack_refill`;
+never more bins, here none: the 4 samples are the bound). With
 a ``group_size`` (:data:`GROUPED_ALGORITHM`, the only rule before issue 34, groups of
 :data:`GROUP_SIZE`) it runs independently over consecutive groups of that many items. Each
 group keeps its open bins in buckets by free space (first-in first-out lists) and a bitmap of
@@ -44,6 +47,7 @@ import numpy as np
 from streamload.errors import ConfigError
 from streamload.plan._pack_levels import pack_by_levels
 from streamload.plan._pack_lockstep import pack_in_lockstep
+from streamload.plan._pack_refill import refill
 
 __all__ = [
     "ALGORITHM",
@@ -59,11 +63,12 @@ __all__ = [
     "pad_items",
 ]
 
-ALGORITHM = "bfd-epoch-fifo-v1"
-"""Names the default packing rule (order, ties, one best fit over the whole epoch); part of
-any key of a cached plan and of a state's fingerprint: changing the rule changes which items
-share a sample. 0.008 % (seq_len 2048) and 0.002 % (8192) more samples than the bound on
-log-normal documents (``benchmarks/packing.py``)."""
+ALGORITHM = "bfd-epoch-refill-v1"
+"""Names the default packing rule (order, ties, one best fit over the whole epoch, then the
+refill of the bins with free space); part of any key of a cached plan and of a state's
+fingerprint: changing the rule changes which items share a sample. On 10^6 log-normal
+documents 0.0012 % (seq_len 2048) and 0 % (8192) more samples than the bound
+(``benchmarks/packing.py``; the best fit alone: 0.0079 % and 0.0020 %)."""
 GROUPED_ALGORITHM = "bfd-groups-fifo-v1"
 """Names the rule with a ``group_size`` (best fit within consecutive groups of items): the
 only rule before issue 34, always with groups of :data:`GROUP_SIZE`."""
@@ -234,14 +239,18 @@ def pack_items(
     Args:
         lengths: int ``[n]``, every length in ``[1, capacity]``.
         capacity: Tokens per sample (``seq_len + 1``).
-        group_size: Items per group (>= 1); ``None``: one group of all items (the same plan
-            as any ``group_size >= len(lengths)``, built in steps per (size, free space):
-            :mod:`streamload.plan._pack_levels`).
+        group_size: Items per group (>= 1); ``None``: one group of all items, built in
+            steps per (size, free space) (:mod:`streamload.plan._pack_levels`: the plan of
+            any ``group_size >= len(lengths)``), then refilled: the bins with free space are
+            packed again, closing each exactly where it can, when that takes fewer bins
+            (:mod:`streamload.plan._pack_refill`; the cap is kept, no bin is ever added).
         max_items: The most items per sample (>= 1); ``None``: no cap.
 
     Returns:
-        Samples in order: groups in order, a group's bins in the order they were opened;
-        each sample's items ascending.
+        Samples in order: groups in order, a group's bins in the order they were opened
+        (without ``group_size``, when the refill saved a bin: the bins it left as they were,
+        in that order, then the refilled bins in the order it closed them); each sample's
+        items ascending.
 
     Raises:
         ValueError: a length is outside ``[1, capacity]``, or ``capacity``,
@@ -257,7 +266,8 @@ def pack_items(
     if max_items is not None and max_items < 1:
         raise ValueError(f"max_items {max_items}: expected >= 1 or None")
     if group_size is None:
-        return SamplePlan(*pack_by_levels(sizes, capacity, max_items))
+        plan = pack_by_levels(sizes, capacity, max_items)
+        return SamplePlan(*refill(sizes, capacity, max_items, *plan))
     group = group_size
     if max_items is not None:
         return _pack_capped(sizes, capacity, group, max_items)

@@ -285,9 +285,10 @@ def test_golden_plan(path: str) -> None:
 
 
 def test_golden_whole_epoch_plan() -> None:
-    """The default rule (one best fit over the whole epoch) on the same corpus."""
+    """The default rule (best fit over the whole epoch, then the refill, which saves no
+    sample here: tests/plan/test_packing_refill.py has one where it does) on the same corpus."""
     items = lognormal_items(2048, documents=5_000)
     plan = pack_items(items.lengths, 2049)
     digest = hashlib.sha256(plan.offsets.tobytes() + plan.items.tobytes()).hexdigest()
-    assert ALGORITHM == "bfd-epoch-fifo-v1"
+    assert ALGORITHM == "bfd-epoch-refill-v1"
     assert (plan.num_samples, digest[:16]) == (1997, "c2f3d22356d9e09f")

@@ -1,6 +1,7 @@
-"""The default packing rule: one best fit decreasing over the whole epoch, built in steps per
-(item size, free space) pair (``streamload.plan._pack_levels``), against the per-item
-reference of tests/plan/test_packing.py and the per-item loop, with and without a cap."""
+"""The default packing rule's first stage: one best fit decreasing over the whole epoch, built
+in steps per (item size, free space) pair (``streamload.plan._pack_levels``), against the
+per-item reference of tests/plan/test_packing.py and the per-item loop, with and without a
+cap (the refill after it: tests/plan/test_packing_refill.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamload.plan._pack_levels import _stable_order
+from streamload.plan._pack_levels import _stable_order, pack_by_levels
 from streamload.plan.packing import (
+    SamplePlan,
     _pack_capped,
     _pack_in_python,
     pack_bound,
@@ -19,6 +21,12 @@ from streamload.plan.packing import (
 from tests.plan.test_packing import capacities, reference_pack, samples_of
 
 SETTINGS = settings(max_examples=200, deadline=None, derandomize=True)
+
+
+def best_fit(sizes: np.ndarray, capacity: int, max_items: int | None = None) -> SamplePlan:
+    """The whole-epoch best fit alone (``pack_items`` without ``group_size`` refills after
+    it)."""
+    return SamplePlan(*pack_by_levels(np.asarray(sizes, dtype=np.int64), capacity, max_items))
 
 
 @st.composite
@@ -38,7 +46,7 @@ def epoch_inputs(draw: st.DrawFn) -> tuple[list[int], int]:
 @given(epoch_inputs())
 def test_whole_epoch_packing_equals_the_reference(case: tuple[list[int], int]) -> None:
     lengths, capacity = case
-    plan = pack_items(np.array(lengths, dtype=np.int64), capacity)
+    plan = best_fit(np.array(lengths, dtype=np.int64), capacity)
     assert samples_of(plan) == reference_pack(lengths, capacity, max(1, len(lengths)))
 
 
@@ -48,7 +56,7 @@ def test_whole_epoch_capped_packing_equals_the_reference(
     case: tuple[list[int], int], cap: int
 ) -> None:
     lengths, capacity = case
-    plan = pack_items(np.array(lengths, dtype=np.int64), capacity, max_items=cap)
+    plan = best_fit(np.array(lengths, dtype=np.int64), capacity, max_items=cap)
     assert samples_of(plan) == reference_pack(lengths, capacity, max(1, len(lengths)), cap)
     assert all(len(sample) <= cap for sample in samples_of(plan))
 
@@ -61,7 +69,7 @@ def test_many_items_equal_the_per_item_loop(capacity: int, cap: int | None) -> N
     rng = np.random.default_rng(capacity)
     sizes = np.minimum(capacity, rng.lognormal(np.log(capacity / 5), 1.0, 30_000) + 1)
     sizes = sizes.astype(np.int64)
-    plan = pack_items(sizes, capacity, max_items=cap)
+    plan = best_fit(sizes, capacity, max_items=cap)
     if cap is None:
         loop = _pack_in_python(sizes, capacity, sizes.size)
     else:
@@ -73,14 +81,14 @@ def test_many_items_equal_the_per_item_loop(capacity: int, cap: int | None) -> N
 
 def test_worked_example_of_the_level_steps() -> None:
     """streamload/plan/_pack_levels.py's trace."""
-    plan = pack_items(np.array([6, 6, 4, 4, 4, 3, 1]), 10)
+    plan = best_fit(np.array([6, 6, 4, 4, 4, 3, 1]), 10)
     assert samples_of(plan) == [[0, 2], [1, 3], [4, 5, 6]]
 
 
 def test_a_group_as_large_as_the_epoch_gives_the_whole_epoch_plan() -> None:
     rng = np.random.default_rng(3)
     sizes = rng.integers(1, 100, 5_000)
-    whole = pack_items(sizes, 100)
+    whole = best_fit(sizes, 100)
     grouped = pack_items(sizes, 100, group_size=5_000)
     assert samples_of(whole) == samples_of(grouped)
     assert samples_of(pack_items(sizes, 100, group_size=4096)) != samples_of(whole)
@@ -101,7 +109,7 @@ def test_more_than_65535_bins_equal_the_per_item_loop() -> None:
     rng = np.random.default_rng(11)
     sizes = np.concatenate([rng.integers(3, 5, 70_000), rng.integers(1, 3, 900)])
     rng.shuffle(sizes)
-    plan = pack_items(sizes, 4)
+    plan = best_fit(sizes, 4)
     loop = _pack_in_python(sizes, 4, sizes.size)
     assert plan.num_samples > 2**16
     np.testing.assert_array_equal(plan.offsets, loop.offsets)

@@ -46,7 +46,7 @@ def test_default_is_the_whole_epoch_rule_and_4096_the_old_one(corpus: Corpus) ->
     default, old = stream_of(corpus), stream_of(corpus, group_size=4096)
     items = default.sources[0].plan.num_items
     assert items > 4096
-    assert default.fingerprint()["packing"]["algorithm"] == "bfd-epoch-fifo-v1"
+    assert default.fingerprint()["packing"]["algorithm"] == "bfd-epoch-refill-v1"
     assert "group_size" not in default.fingerprint()["packing"]
     assert {k: old.fingerprint()["packing"][k] for k in OLD_RULE} == OLD_RULE
     catalog = old.sources[0].catalog
