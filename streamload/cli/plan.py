@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the report; returns the exit code."""
     from streamload.modes import build_stream
     from streamload.tools.report import (
+        batch_schedule_report,
         check_plan_steps,
         mixture_report,
         seq_len_report,
@@ -69,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     if mode.plan_report is not None:
         report.update(mode.plan_report(stream, steps))
     report.update(seq_len_report(stream))
+    report.update(batch_schedule_report(stream))
     splits = split_report(stream)
     if splits:
         report["splits"] = splits
@@ -125,6 +127,8 @@ def _print(report: dict[str, Any], mode: ModeSpec) -> None:
             print(line)
     for line in _seq_len_lines(report.get("seq_len_schedule", [])):
         print(line)
+    for line in _batch_schedule_lines(report.get("batch_schedule", [])):
+        print(line)
     if "batch_sizes" in report:
         runs = ", ".join(f"{size} from step {first}" for first, size in report["batch_sizes"])
         print(f"{report['steps']} steps of a batch size schedule: {runs}")
@@ -150,6 +154,19 @@ def _print(report: dict[str, Any], mode: ModeSpec) -> None:
         )
     for name, info in report.get("splits", {}).items():
         _print_split(name, info)
+
+
+def _batch_schedule_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """The batch size schedule, a line per run of equal steps."""
+    lines = ["batch size schedule (samples per optimizer step):"] if runs else []
+    for run in runs:
+        first, count = run["first_step"], run["steps"]
+        where = f"steps [{first:,}, {first + count:,})" if count else f"steps [{first:,}, …)"
+        lines.append(
+            f"  {where}: {run['global_batch_size']:,} samples a step, from sample "
+            f"{run['first_sample']:,}"
+        )
+    return lines
 
 
 def _seq_len_lines(stretches: list[dict[str, Any]]) -> list[str]:

@@ -222,6 +222,22 @@ def split_report(stream: SampleStream) -> dict[str, Any]:
     return out
 
 
+def batch_schedule_report(stream: SampleStream) -> dict[str, Any]:
+    """``{"batch_schedule": runs}`` of a stream with a batch size schedule (each run of equal
+    steps: ``first_step``, ``first_sample``, ``global_batch_size``, ``steps``, ``None`` for the
+    last, endless one), else ``{}``."""
+    if not has_batch_ramp(stream.config):
+        return {}
+    runs = step_sizes(stream.config, 1).runs()
+    return {
+        "batch_schedule": [
+            {"first_step": r.first_step, "first_sample": r.first_sample,
+             "global_batch_size": r.size, "steps": r.steps}
+            for r in runs
+        ]
+    }  # fmt: skip
+
+
 def seq_len_report(stream: SampleStream) -> dict[str, Any]:
     """``{"seq_len_schedule": stretches}`` of a stream with a sequence-length schedule
     (:meth:`streamload.plan.seq_len.SeqLenSchedule.describe`), else ``{}``."""

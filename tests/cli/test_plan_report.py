@@ -163,6 +163,25 @@ def test_a_batch_size_ramp_is_walked_step_by_step(tmp_path: Path, capsys) -> Non
     assert "holds 52 steps" in capsys.readouterr().err
 
 
+def test_a_single_source_prints_its_batch_size_schedule(tmp_path: Path, capsys) -> None:
+    """Without a mixture (no --steps needed) the schedule's runs are printed: megatron-core's
+    rule for a ramp 4 -> 16 by 4 over 100 samples (33.3 samples an increment)."""
+    np.save(tmp_path / "t.npy", np.arange(4000, dtype=np.uint16))
+    cfg = {"seq_len": 8, "global_batch_size": 16, "rampup_batch_size": [4, 4, 100],
+           "sources": [{"name": "t", "path": str(tmp_path / "t.npy")}]}  # fmt: skip
+    (tmp_path / "ramp.json").write_text(json.dumps(cfg))
+    assert main(["plan", str(tmp_path / "ramp.json")]) == 0
+    out = capsys.readouterr().out
+    assert "  steps [0, 9): 4 samples a step, from sample 0\n" in out
+    assert "  steps [9, 13): 8 samples a step, from sample 36\n" in out
+    assert "  steps [16, …): 16 samples a step, from sample 104\n" in out
+    assert main(["plan", str(tmp_path / "ramp.json"), "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)["batch_schedule"]
+    assert [(r["first_step"], r["global_batch_size"], r["steps"]) for r in runs] == [
+        (0, 4, 9), (9, 8, 4), (13, 12, 3), (16, 16, None)
+    ]  # fmt: skip
+
+
 def test_vsl_refuses_negative_steps_too(
     make_corpus: Callable, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
