@@ -38,12 +38,14 @@ RESUMES = {"resume2": (2, "mix12.json"), "resume3": (3, "mix12.json"), "double":
 
 
 def worker(phase: str, config: str, out: str) -> None:
-    """One rank: ``save`` takes SAVE steps and saves; the others load and take RESUME steps."""
+    """One rank: ``save`` takes SAVE batches (micro-batches with ``grad_accum_steps``) and
+    saves; the others load and take RESUME batches."""
     warnings.simplefilter("ignore")
     dist.init_process_group("gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
-    big = json.loads(Path(config).read_text())["global_batch_size"]
-    loader = build_loader(config, batch_size=big // world, num_workers=rank % 2)
+    cfg = json.loads(Path(config).read_text())
+    micro = cfg["global_batch_size"] // cfg.get("grad_accum_steps", 1)  # W·b
+    loader = build_loader(config, batch_size=micro // world, num_workers=rank % 2)
     assert (loader.rank.rank, loader.rank.world_size) == (rank, world)
     folder = Path(out)
     if phase != "save":

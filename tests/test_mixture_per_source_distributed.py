@@ -12,51 +12,17 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
 
 import pytest
-import torch
-import torch.distributed as dist
 
 from streamload import build_loader
 from streamload.testing import assert_batches_equal, collect_global_batches
 from tests.helpers.gloo import start, wait
+from tests.test_mixture_distributed import RESUME, SAVE, gather, worker
 from tests.test_mixture_loader import SCHEDULE, SIZES, WEIGHTS, mixture, write_sources
 from tests.test_mixture_per_source import step_sources
 
-SAVE, RESUME, MICRO = 7, 9, 6  # micro-batches; SAVE is odd: the state is inside a step
-
-
-def worker(phase: str, config: str, out: str) -> None:
-    """One rank: ``save`` takes SAVE micro-batches and saves; the others resume RESUME."""
-    warnings.simplefilter("ignore")
-    dist.init_process_group("gloo", init_method="env://")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    loader = build_loader(config, batch_size=MICRO // world, num_workers=rank % 2)
-    folder = Path(out)
-    if phase != "save":
-        loader.load_state_dict(json.loads((folder / "state.json").read_text()))
-    batches: list[dict[str, torch.Tensor]] = []
-    for batch in loader:
-        batches.append({key: value.clone() for key, value in batch.items()})
-        if len(batches) == (SAVE if phase == "save" else RESUME):
-            break
-    torch.save(batches, folder / f"{phase}_rank{rank}.pt")
-    states: list[Any] = [None] * world
-    dist.all_gather_object(states, loader.state_dict())
-    if any(s != states[0] for s in states):
-        raise SystemExit(f"ranks hold different states: {states}")
-    if rank == 0 and phase == "save":
-        (folder / "state.json").write_text(json.dumps(states[0]))
-    loader.close()
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def gather(folder: Path, phase: str, world: int) -> list[dict[str, torch.Tensor]]:
-    return collect_global_batches(
-        [torch.load(folder / f"{phase}_rank{r}.pt") for r in range(world)]
-    )
+MICRO = 6  # W·b: SAVE (odd) micro-batches of 2-micro-batch steps: the state is inside a step
 
 
 @pytest.mark.slow
